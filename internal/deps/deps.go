@@ -1,0 +1,27 @@
+package deps
+
+import (
+	_ "github.com/coreos/go-systemd/v22/daemon"
+	_ "github.com/coreos/go-systemd/v22/dbus"
+	_ "github.com/coreos/go-systemd/v22/journal"
+	_ "github.com/godbus/dbus/v5"
+	_ "github.com/google/cadvisor/lib/machine"
+	_ "github.com/google/cadvisor/lib/utils/sysfs"
+	_ "github.com/google/cadvisor/lib/utils/sysinfo"
+	_ "github.com/mdlayher/netlink"
+	_ "github.com/opencontainers/cgroups"
+	_ "github.com/opencontainers/cgroups/fs2"
+	_ "github.com/opencontainers/cgroups/systemd"
+	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/prometheus/client_golang/prometheus/promhttp"
+	_ "github.com/prometheus/client_golang/prometheus/testutil"
+	_ "golang.org/x/sys/unix"
+	_ "k8s.io/api/core/v1"
+	_ "k8s.io/apimachinery/pkg/api/resource"
+	_ "k8s.io/client-go/kubernetes"
+	_ "k8s.io/client-go/tools/clientcmd"
+	_ "k8s.io/client-go/tools/events"
+	_ "k8s.io/client-go/tools/record"
+	_ "k8s.io/kubelet/config/v1beta1"
+	_ "sigs.k8s.io/yaml"
+)
