@@ -1,0 +1,69 @@
+# node-resized — build, run and test.
+#
+#   make run        build, then run the daemon standalone against this machine
+#   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
+#   make bench      parser and topology benchmarks (compare runs with benchstat)
+#   make e2e        end-to-end tests against a real control plane
+#   make e2e-vm     end-to-end tests in a QEMU guest with hot-plugged CPUs and DIMMs
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+BIN      ?= bin
+PREFIX   ?= /usr/local
+# Root may use the system socket; anyone else gets one in /tmp.
+SOCKET   ?= $(if $(filter 0,$(shell id -u)),/run/node-resized/node-resized.sock,/tmp/node-resized-$(shell id -u)/node-resized.sock)
+RUNFLAGS ?=
+BENCHCOUNT ?= 6
+FUZZTIME ?= 60s
+
+export CGO_ENABLED := 0
+
+.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm vet fmt install clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
+
+run: build
+	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
+	$(BIN)/node-resized --standalone --socket $(SOCKET) $(RUNFLAGS)
+
+# The race detector needs cgo.
+test: test-unit test-integration
+
+test-unit:
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+test-integration:
+	cd test && CGO_ENABLED=1 $(GO) test -race -count=1 -v ./hotplug/
+
+vet:
+	$(GO) vet ./...
+	cd test && $(GO) vet ./...
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCHCOUNT) ./uevent/ ./topology/
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./uevent/
+
+e2e:
+	cd test && $(GO) test -count=1 -v -timeout 30m ./cluster/
+
+e2e-vm:
+	test/vm/fetch
+	cd test && $(GO) test -count=1 -v -timeout 30m ./vm/
+
+install: build
+	install -D -m 0755 $(BIN)/node-resized $(DESTDIR)$(PREFIX)/bin/node-resized
+	install -D -m 0755 $(BIN)/node-resizectl $(DESTDIR)$(PREFIX)/bin/node-resizectl
+	install -D -m 0644 systemd/node-resized.service $(DESTDIR)/etc/systemd/system/node-resized.service
+
+clean:
+	rm -rf $(BIN)

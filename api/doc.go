@@ -1,0 +1,13 @@
+// Package api is node-resized's local HTTP/JSON API on a unix socket: the
+// server the daemon runs, the client node-resizectl uses, and the types both
+// share.
+//
+// Endpoints (curl --unix-socket PATH http://localhost/...):
+//
+//	GET  /v1/status          physical capacity as a Kubernetes ResourceList, CPU sets, memory, last change
+//	GET  /v1/topology        the full machine model (NUMA nodes, CPUs, memory blocks, hugepages)
+//	GET  /v1/events          recent changes, oldest first; ?follow=1 streams NDJSON as they happen
+//	POST /v1/resync          rebuild the model now and return what changed
+//	GET  /metrics            Prometheus metrics
+//	GET  /healthz            200 once the first model is built
+package api

@@ -1,0 +1,241 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/monitor"
+)
+
+// Info describes the daemon to API clients.
+type Info struct {
+	Version  string
+	Hostname string
+	Mode     string
+}
+
+// Server serves the local API over a monitor. It is safe for concurrent use.
+type Server struct {
+	mon     *monitor.Monitor
+	metrics *metrics.Metrics
+	info    Info
+	log     *slog.Logger
+	mux     *http.ServeMux
+
+	// ResyncTimeout bounds how long POST /v1/resync waits for the rebuild.
+	ResyncTimeout time.Duration
+}
+
+// NewServer returns a server for mon. m may be nil: then /metrics answers
+// 404.
+func NewServer(mon *monitor.Monitor, m *metrics.Metrics, info Info, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{mon: mon, metrics: m, info: info, log: log, mux: http.NewServeMux(), ResyncTimeout: 30 * time.Second}
+	s.mux.HandleFunc("GET /v1/status", s.status)
+	s.mux.HandleFunc("GET /v1/topology", s.topology)
+	s.mux.HandleFunc("GET /v1/events", s.events)
+	s.mux.HandleFunc("POST /v1/resync", s.resync)
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	if m != nil {
+		s.mux.Handle("GET /metrics", m.Handler())
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+"; see /v1/status, /v1/topology, /v1/events, /v1/resync, /metrics")
+	})
+	return s
+}
+
+// Handler returns the HTTP handler of every endpoint.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve answers on ln until ctx is done, then shuts down: it stops
+// accepting, ends event streams and waits (up to 5s) for requests in
+// flight. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return serve(ctx, ln, s.mux, s.log)
+}
+
+// ServeMetrics serves only /metrics on ln until ctx is done.
+func (s *Server) ServeMetrics(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.metrics.Handler())
+	}
+	return serve(ctx, ln, mux, s.log)
+}
+
+func serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	// Streams watch this context, so Shutdown does not wait on them.
+	streamCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return streamCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		cancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	err := srv.Serve(ln)
+	cancel()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) ready(w http.ResponseWriter) bool {
+	select {
+	case <-s.mon.Ready():
+		return true
+	default:
+		writeError(w, http.StatusServiceUnavailable, "the machine model is not built yet")
+		return false
+	}
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	snap, capac := s.mon.Snapshot()
+	st := StatusOf(snap, capac)
+	st.Version, st.Hostname, st.Mode = s.info.Version, s.info.Hostname, s.info.Mode
+	st.Now = time.Now()
+	st.Stats = s.mon.Stats()
+	if c, ok := s.mon.LastChange(); ok {
+		st.LastChange = &c
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) topology(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	snap, _ := s.mon.Snapshot()
+	writeJSON(w, http.StatusOK, snap)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) resync(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.ResyncTimeout)
+	defer cancel()
+	res, err := s.mon.Resync(ctx)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "resync: "+err.Error())
+		return
+	}
+	s.log.Info("forced resync", "changed", res.Changed)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// events answers with the recorded changes, or with ?follow=1 streams them
+// as NDJSON: first those recorded after ?since=ID (all when absent), then
+// each new one as it happens.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var since uint64
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "since: want a change id, got "+strconv.Quote(v))
+			return
+		}
+		since = n
+	}
+	follow, _ := strconv.ParseBool(q.Get("follow"))
+	if !follow {
+		out := []monitor.Change{}
+		for _, c := range s.mon.History() {
+			if c.ID > since {
+				out = append(out, c)
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+
+	// Subscribe before reading the history so nothing falls between them;
+	// skip what the history already sent.
+	ch, cancel := s.mon.Subscribe()
+	defer cancel()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	last := since
+	send := func(l streamLine) bool {
+		if err := enc.Encode(l); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	for _, c := range s.mon.History() {
+		if c.ID > last {
+			if !send(streamLine{Change: c}) {
+				return
+			}
+			last = c.ID
+		}
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case c, ok := <-ch:
+			if !ok {
+				send(streamLine{Error: "the stream fell behind and was ended; reconnect with ?since=" + strconv.FormatUint(last, 10)})
+				return
+			}
+			if c.ID <= last {
+				continue
+			}
+			if !send(streamLine{Change: c}) {
+				return
+			}
+			last = c.ID
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, Error{Error: msg})
+}

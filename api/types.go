@@ -1,0 +1,112 @@
+package api
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// DefaultSocket is where the daemon listens unless told otherwise.
+const DefaultSocket = "/run/node-resized/node-resized.sock"
+
+// ResourceList is a Kubernetes ResourceList: resource name to quantity,
+// encoded as the API server encodes it ("cpu": "4", "memory": "16393012Ki").
+type ResourceList map[string]resource.Quantity
+
+// ResourceListOf renders a physical capacity as the kubelet would put it in
+// Node.status.capacity: cpu as a decimal count, byte amounts in binary SI.
+func ResourceListOf(c topology.Capacity) ResourceList {
+	rl := ResourceList{
+		"cpu":    *resource.NewQuantity(c.CPU, resource.DecimalSI),
+		"memory": *resource.NewQuantity(int64(c.Memory), resource.BinarySI),
+	}
+	for name, v := range c.Hugepages {
+		rl[name] = *resource.NewQuantity(int64(v), resource.BinarySI)
+	}
+	if c.EphemeralStorage > 0 {
+		rl["ephemeral-storage"] = *resource.NewQuantity(int64(c.EphemeralStorage), resource.BinarySI)
+	}
+	return rl
+}
+
+// Status is the answer to GET /v1/status.
+type Status struct {
+	Version  string    `json:"version"`
+	Hostname string    `json:"hostname"`
+	Mode     string    `json:"mode"`
+	Now      time.Time `json:"now"`
+	// Physical is the node's physical capacity exactly as the kubelet
+	// computes it.
+	Physical   ResourceList     `json:"physical"`
+	CPUs       topology.CPUs    `json:"cpus"`
+	Memory     MemoryStatus     `json:"memory"`
+	NUMANodes  []NUMANodeStatus `json:"numaNodes"`
+	LastChange *monitor.Change  `json:"lastChange,omitempty"`
+	Stats      monitor.Stats    `json:"stats"`
+}
+
+// MemoryStatus summarises the node's memory.
+type MemoryStatus struct {
+	TotalBytes     uint64 `json:"totalBytes"`
+	SwapTotalBytes uint64 `json:"swapTotalBytes"`
+	BlockSizeBytes uint64 `json:"blockSizeBytes"`
+	BlocksOnline   int    `json:"blocksOnline"`
+	BlocksOffline  int    `json:"blocksOffline"`
+}
+
+// NUMANodeStatus summarises one NUMA node.
+type NUMANodeStatus struct {
+	ID        int               `json:"id"`
+	CPUs      topology.CPUSet   `json:"cpus"`
+	Memory    uint64            `json:"memoryBytes"`
+	Hugepages map[string]uint64 `json:"hugepages,omitempty"`
+}
+
+// StatusOf builds a Status from a model.
+func StatusOf(snap *topology.Snapshot, c topology.Capacity) Status {
+	st := Status{
+		Physical: ResourceListOf(c),
+		CPUs:     snap.CPUs,
+		Memory: MemoryStatus{
+			TotalBytes:     snap.MemTotal,
+			SwapTotalBytes: snap.SwapTotal,
+			BlockSizeBytes: snap.MemoryBlockSize,
+		},
+		NUMANodes: []NUMANodeStatus{},
+	}
+	for _, b := range snap.MemoryBlocks {
+		if b.State == "online" {
+			st.Memory.BlocksOnline++
+		} else {
+			st.Memory.BlocksOffline++
+		}
+	}
+	for _, n := range snap.Nodes {
+		ns := NUMANodeStatus{ID: n.ID, Memory: n.MemTotal, CPUs: topology.CPUSet{}}
+		for _, cpu := range n.CPUs {
+			ns.CPUs = append(ns.CPUs, cpu.ID)
+		}
+		for _, nc := range c.Nodes {
+			if nc.ID == n.ID && len(nc.Hugepages) > 0 {
+				ns.Hugepages = nc.Hugepages
+			}
+		}
+		st.NUMANodes = append(st.NUMANodes, ns)
+	}
+	return st
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// streamLine is one NDJSON line of GET /v1/events?follow=1: a change, or a
+// final line that says why the daemon ended the stream.
+type streamLine struct {
+	monitor.Change
+	Error string `json:"error,omitempty"`
+}

@@ -1,0 +1,477 @@
+// Command node-resizectl asks a running node-resized daemon, over its unix
+// socket, what the machine looks like and what changed.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `node-resizectl asks the node-resized daemon what this machine looks like
+and what changed, over its unix socket.
+
+Usage:
+  node-resizectl [--socket PATH] [-o table|json] COMMAND [flags]
+
+Commands:
+  status             physical capacity (as the kubelet computes it), CPU sets, memory, last change
+  topology           NUMA nodes with their CPUs, memory and hugepages; memory blocks
+  events [--follow]  recent changes with their cause and detection latency; --follow streams new ones
+  resync             rebuild the model from sysfs now and show what changed
+  version            versions of node-resizectl and of the daemon
+
+Flags (before or after the command):
+  --socket PATH      the daemon's socket (default %s, or $NODE_RESIZED_SOCKET)
+  -o FORMAT          table (default) or json
+
+Examples:
+  node-resizectl status
+  node-resizectl events --follow
+  node-resizectl -o json topology | jq '.nodes[].cpus'
+  curl --unix-socket %s http://localhost/v1/status
+`
+
+type globals struct {
+	socket string
+	output string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.socket, "socket", g.socket, "the daemon's socket")
+	fs.StringVar(&g.output, "o", g.output, "output format: table or json")
+	fs.StringVar(&g.output, "output", g.output, "output format: table or json")
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{socket: api.DefaultSocket, output: "table"}
+	if env := os.Getenv("NODE_RESIZED_SOCKET"); env != "" {
+		g.socket = env
+	}
+	top := flag.NewFlagSet("node-resizectl", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	top.Usage = func() { fmt.Fprintf(stderr, usage, api.DefaultSocket, api.DefaultSocket) }
+	g.register(top)
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if top.NArg() == 0 {
+		top.Usage()
+		return 2
+	}
+	cmd, rest := top.Arg(0), top.Args()[1:]
+	if cmd == "help" {
+		top.Usage()
+		return 0
+	}
+
+	sub := flag.NewFlagSet("node-resizectl "+cmd, flag.ContinueOnError)
+	sub.SetOutput(stderr)
+	g.register(sub)
+	follow := false
+	if cmd == "events" {
+		sub.BoolVar(&follow, "follow", false, "keep streaming new changes as they happen")
+		sub.BoolVar(&follow, "f", false, "short for --follow")
+	}
+	if err := sub.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if sub.NArg() > 0 {
+		fmt.Fprintf(stderr, "node-resizectl %s: unexpected argument %q\n", cmd, sub.Arg(0))
+		return 2
+	}
+	if g.output != "table" && g.output != "json" {
+		fmt.Fprintf(stderr, "node-resizectl: -o: want table or json, got %q\n", g.output)
+		return 2
+	}
+
+	c := api.NewClient(g.socket)
+	var err error
+	switch cmd {
+	case "status":
+		err = status(ctx, c, g, stdout)
+	case "topology":
+		err = topo(ctx, c, g, stdout)
+	case "events":
+		err = events(ctx, c, g, follow, stdout)
+	case "resync":
+		err = resync(ctx, c, g, stdout)
+	case "version":
+		err = showVersion(ctx, c, g, stdout)
+	default:
+		fmt.Fprintf(stderr, "node-resizectl: unknown command %q (see node-resizectl --help)\n", cmd)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "node-resizectl:", err)
+		return 1
+	}
+	return 0
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return printJSON(w, st)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Node:\t%s (%s mode, node-resized %s)\n", st.Hostname, st.Mode, st.Version)
+	fmt.Fprintf(tw, "Physical capacity:\t%s\n", resourceList(st.Physical))
+	fmt.Fprintf(tw, "CPUs:\tonline %s, offline %s, present %s, possible %s\n",
+		set(st.CPUs.Online), set(st.CPUs.Offline), set(st.CPUs.Present), set(st.CPUs.Possible))
+	fmt.Fprintf(tw, "Memory:\t%s total, %s swap", bytes(st.Memory.TotalBytes), bytes(st.Memory.SwapTotalBytes))
+	if st.Memory.BlockSizeBytes > 0 {
+		fmt.Fprintf(tw, ", blocks of %s: %d online, %d offline",
+			bytes(st.Memory.BlockSizeBytes), st.Memory.BlocksOnline, st.Memory.BlocksOffline)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "Model:\t%d rebuilds, %d changes, %d uevents, %d lost-event rescans since %s\n",
+		st.Stats.Rebuilds, st.Stats.Changes, st.Stats.Uevents, st.Stats.LostEvents, st.Stats.StartedAt.Format(time.RFC3339))
+	if st.Stats.LastRebuildErr != "" {
+		fmt.Fprintf(tw, "Last rebuild error:\t%s\n", st.Stats.LastRebuildErr)
+	}
+	if lc := st.LastChange; lc != nil {
+		fmt.Fprintf(tw, "Last change:\t#%d %s ago: %s\n", lc.ID, st.Now.Sub(lc.Time).Round(time.Millisecond), describe(*lc))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.NUMANodes) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NUMA NODE\tCPUS\tMEMORY\tHUGEPAGES")
+		for _, n := range st.NUMANodes {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, set(n.CPUs), bytes(n.Memory), hugepages(n.Hugepages))
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func topo(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
+	s, err := c.Topology(ctx)
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return printJSON(w, s)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "CPUs:\tonline %s, offline %s, present %s, possible %s\n",
+		set(s.CPUs.Online), set(s.CPUs.Offline), set(s.CPUs.Present), set(s.CPUs.Possible))
+	fmt.Fprintf(tw, "Memory:\t%s total, %s swap\n", bytes(s.MemTotal), bytes(s.SwapTotal))
+	if len(s.Hugepages) > 0 {
+		fmt.Fprintf(tw, "Hugepages:\t%s\n", pools(s.Hugepages))
+	}
+	if s.EphemeralStorage > 0 {
+		fmt.Fprintf(tw, "Ephemeral storage:\t%s\n", bytes(s.EphemeralStorage))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NUMA NODE\tONLINE CPUS\tCORES\tSOCKETS\tMEMORY\tHUGEPAGES\tDISTANCES")
+	if len(s.Nodes) == 0 {
+		fmt.Fprintln(tw, "-\t(no NUMA node directories in sysfs)\t\t\t\t\t")
+	}
+	for _, n := range s.Nodes {
+		var ids topology.CPUSet
+		cores, sockets := map[[2]int]bool{}, map[int]bool{}
+		for _, cpu := range n.CPUs {
+			ids = append(ids, cpu.ID)
+			cores[[2]int{cpu.SocketID, cpu.CoreID}] = true
+			sockets[cpu.SocketID] = true
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, set(ids), len(cores), keys(sockets),
+			bytes(n.MemTotal), pools(n.Hugepages), ints(n.Distances))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if len(s.MemoryBlocks) > 0 {
+		type key struct {
+			node        int
+			state, zone string
+		}
+		count := map[key]int{}
+		for _, b := range s.MemoryBlocks {
+			count[key{b.Node, b.State, b.Zone}]++
+		}
+		ks := make([]key, 0, len(count))
+		for k := range count {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool {
+			a, b := ks[i], ks[j]
+			if a.node != b.node {
+				return a.node < b.node
+			}
+			if a.state != b.state {
+				return a.state < b.state
+			}
+			return a.zone < b.zone
+		})
+		fmt.Fprintf(w, "\nMemory blocks (%d of %s):\n", len(s.MemoryBlocks), bytes(s.MemoryBlockSize))
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NUMA NODE\tSTATE\tZONE\tBLOCKS\tSIZE")
+		for _, k := range ks {
+			node := fmt.Sprint(k.node)
+			if k.node < 0 {
+				node = "?"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", node, k.state, dash(k.zone), count[k], bytes(uint64(count[k])*s.MemoryBlockSize))
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+const eventsHeader = "%-6s %-23s %-22s %7s %10s %5s %12s  %s\n"
+
+func eventRow(w io.Writer, c monitor.Change) {
+	lat := "-"
+	if c.LatencySeconds > 0 {
+		lat = c.Latency().Round(10 * time.Microsecond).String()
+	}
+	trig := make([]string, len(c.Triggers))
+	for i, t := range c.Triggers {
+		trig[i] = string(t)
+	}
+	changes := c.Changes.String()
+	if len(c.Changes) == 0 {
+		changes = "initial model"
+	}
+	fmt.Fprintf(w, eventsHeader, fmt.Sprintf("#%d", c.ID), c.Time.Local().Format("2006-01-02 15:04:05.000"),
+		strings.Join(trig, ","), fmt.Sprint(c.Events), lat, fmt.Sprint(c.Capacity.CPU), bytes(c.Capacity.Memory), changes)
+}
+
+func events(ctx context.Context, c *api.Client, g *globals, follow bool, w io.Writer) error {
+	if follow {
+		if g.output == "table" {
+			fmt.Fprintf(w, eventsHeader, "ID", "TIME", "TRIGGERS", "UEVENTS", "LATENCY", "CPU", "MEMORY", "CHANGES")
+		}
+		enc := json.NewEncoder(w)
+		return c.Follow(ctx, 0, func(ch monitor.Change) error {
+			if g.output == "json" {
+				return enc.Encode(ch) // NDJSON, one change a line
+			}
+			eventRow(w, ch)
+			return nil
+		})
+	}
+	list, err := c.Events(ctx)
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return printJSON(w, list)
+	}
+	fmt.Fprintf(w, eventsHeader, "ID", "TIME", "TRIGGERS", "UEVENTS", "LATENCY", "CPU", "MEMORY", "CHANGES")
+	for _, ch := range list {
+		eventRow(w, ch)
+	}
+	return nil
+}
+
+func resync(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
+	r, err := c.Resync(ctx)
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return printJSON(w, r)
+	}
+	if !r.Changed || r.Change == nil {
+		fmt.Fprintln(w, "Resynced: the model was already up to date.")
+		return nil
+	}
+	fmt.Fprintf(w, "Resynced: change #%d: %s\n", r.Change.ID, describe(*r.Change))
+	return nil
+}
+
+func showVersion(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
+	out := map[string]string{"node-resizectl": version}
+	st, err := c.Status(ctx)
+	if err == nil {
+		out["node-resized"] = st.Version
+	}
+	if g.output == "json" {
+		return printJSON(w, out)
+	}
+	fmt.Fprintln(w, "node-resizectl", version)
+	if err != nil {
+		fmt.Fprintf(w, "node-resized: unknown (%v)\n", err)
+		return nil
+	}
+	fmt.Fprintln(w, "node-resized", st.Version)
+	return nil
+}
+
+// describe says in one line what a change was and what caused it.
+func describe(c monitor.Change) string {
+	var b strings.Builder
+	if len(c.Changes) == 0 {
+		b.WriteString("initial model")
+	} else {
+		b.WriteString(c.Changes.String())
+	}
+	trig := make([]string, len(c.Triggers))
+	for i, t := range c.Triggers {
+		trig[i] = string(t)
+	}
+	fmt.Fprintf(&b, " (cpu %d, memory %s; by %s", c.Capacity.CPU, bytes(c.Capacity.Memory), strings.Join(trig, ","))
+	if c.Events > 0 {
+		fmt.Fprintf(&b, ", %d uevents, seqnums %s", c.Events, c.Seqnums.String())
+	}
+	if c.LatencySeconds > 0 {
+		fmt.Fprintf(&b, ", detected in %s", c.Latency().Round(10*time.Microsecond))
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func resourceList(rl api.ResourceList) string {
+	names := make([]string, 0, len(rl))
+	for n := range rl {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		order := func(s string) int {
+			switch s {
+			case "cpu":
+				return 0
+			case "memory":
+				return 1
+			}
+			return 2
+		}
+		if order(names[i]) != order(names[j]) {
+			return order(names[i]) < order(names[j])
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		q := rl[n]
+		parts[i] = n + "=" + q.String()
+	}
+	return strings.Join(parts, " ")
+}
+
+func set(s topology.CPUSet) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return s.String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func ints(xs []int) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+func keys(m map[int]bool) string {
+	ks := make([]int, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Ints(ks)
+	return ints(ks)
+}
+
+func pools(hs []topology.Hugepages) string {
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%d×%s", h.Count, bytes(h.PageSize)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func hugepages(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + bytes(m[n])
+	}
+	return strings.Join(parts, " ")
+}
+
+func bytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%dB", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,114 @@
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "node_resized"
+
+// LatencyBuckets are the histogram buckets, in seconds, for the time from a
+// kernel event to the daemon having acted on it. They resolve the
+// sub-millisecond model rebuild as well as a coalesced burst that waits for
+// its full window.
+var LatencyBuckets = []float64{
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+}
+
+// Metrics holds every metric of the daemon. It is safe for concurrent use:
+// the Prometheus types are.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// UeventsTotal counts kernel uevents delivered to the detection loop,
+	// by subsystem and action.
+	UeventsTotal *prometheus.CounterVec
+	// UeventsDropped counts kernel messages that were dropped or lost, by
+	// reason (not_kernel, malformed, udev, overflow, seqnum_gap, queue_full).
+	UeventsDropped *prometheus.CounterVec
+	// DetectionLatency observes the time from the arrival of the first
+	// kernel event of a batch to the updated model.
+	DetectionLatency prometheus.Histogram
+	// Rebuilds counts full model rebuilds by trigger and result
+	// (changed, unchanged, error).
+	Rebuilds *prometheus.CounterVec
+	// RebuildDuration observes how long one full rebuild from sysfs takes.
+	RebuildDuration prometheus.Histogram
+	// Capacity is the node's physical capacity by resource, in the
+	// resource's base unit (cores, bytes).
+	Capacity *prometheus.GaugeVec
+	// NUMACapacity is the physical capacity of each NUMA node.
+	NUMACapacity *prometheus.GaugeVec
+	// ModelChanges counts model changes by kind of change.
+	ModelChanges *prometheus.CounterVec
+}
+
+// New creates the metrics and registers them, with the Go runtime and
+// process collectors, on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		UeventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "uevents_total",
+			Help:      "Kernel uevents of the cpu, memory and node subsystems delivered to the detection loop.",
+		}, []string{"subsystem", "action"}),
+		UeventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "uevents_dropped_total",
+			Help:      "Kernel uevent messages dropped (not from the kernel, malformed, udev) or lost (socket overflow, SEQNUM gap, full queue); a loss triggers a full rescan.",
+		}, []string{"reason"}),
+		DetectionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "detection_latency_seconds",
+			Help:      "Time from the arrival of the first kernel event of a change to the updated machine model.",
+			Buckets:   LatencyBuckets,
+		}),
+		Rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "model_rebuilds_total",
+			Help:      "Full rebuilds of the machine model from sysfs, by trigger and result.",
+		}, []string{"trigger", "result"}),
+		RebuildDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "model_rebuild_duration_seconds",
+			Help:      "Time one full rebuild of the machine model from sysfs takes.",
+			Buckets:   LatencyBuckets,
+		}),
+		Capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "physical_capacity",
+			Help:      "Physical capacity of the node as the kubelet computes it, by resource (cpu in cores, others in bytes).",
+		}, []string{"resource"}),
+		NUMACapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "numa_node_capacity",
+			Help:      "Physical capacity of each NUMA node, by resource (cpu in cores, others in bytes).",
+		}, []string{"numa_node", "resource"}),
+		ModelChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "model_changes_total",
+			Help:      "Changes of the machine model, by kind (cpu_online, memory_block_offline, memtotal, ...).",
+		}, []string{"kind"}),
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
+		m.RebuildDuration, m.Capacity, m.NUMACapacity, m.ModelChanges,
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// NodeLabel formats a NUMA node id as a label value.
+func NodeLabel(id int) string { return strconv.Itoa(id) }

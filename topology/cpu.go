@@ -1,0 +1,109 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+)
+
+// CPUs are the machine's logical CPUs as the kernel lists them in
+// /sys/devices/system/cpu.
+type CPUs struct {
+	// Online is cpu/online: the CPUs that run tasks.
+	Online CPUSet `json:"online"`
+	// Offline is cpu/offline: possible CPUs that are not online (hot-
+	// unplugged, offlined by hand, or not yet hot-added).
+	Offline CPUSet `json:"offline"`
+	// Present is cpu/present: the CPUs the platform has plugged in.
+	Present CPUSet `json:"present"`
+	// Possible is cpu/possible: every CPU id this boot can ever have.
+	Possible CPUSet `json:"possible"`
+	// Devices are the ids that have a cpuN directory: the CPU devices the
+	// kernel registered (present CPUs on x86, possible ones on arm64 and
+	// powerpc). cAdvisor counts these when there are no NUMA node
+	// directories, so Capacity needs them.
+	Devices CPUSet `json:"devices"`
+}
+
+// CPU is one online logical CPU of a NUMA node, with the ids the kernel
+// gives in cpuN/topology.
+type CPU struct {
+	ID       int `json:"id"`
+	CoreID   int `json:"coreId"`   // topology/core_id
+	SocketID int `json:"socketId"` // topology/physical_package_id
+}
+
+// readCPUs reads the CPU lists and the cpuN directories. cpu/online is
+// required; the other lists are optional.
+func (fs FS) readCPUs(r *reader) (CPUs, error) {
+	var c CPUs
+	lists := [...]struct {
+		name     string
+		set      *CPUSet
+		required bool
+	}{
+		{"/online", &c.Online, true},
+		{"/offline", &c.Offline, false},
+		{"/present", &c.Present, false},
+		{"/possible", &c.Possible, false},
+	}
+	for _, l := range lists {
+		p := r.at(fs.cpuDir, -1, l.name)
+		b, ok, err := r.readOptional(p)
+		if err != nil {
+			return CPUs{}, err
+		}
+		if !ok {
+			if l.required {
+				return CPUs{}, fmt.Errorf("read %s: required file missing", p)
+			}
+			continue
+		}
+		set, err := parseCPUList(b)
+		if err != nil {
+			return CPUs{}, fmt.Errorf("parse %s: %w", p, err)
+		}
+		*l.set = set
+	}
+	var devices CPUSet
+	err := r.scan(r.at(fs.cpuDir, -1, ""), func(name []byte) {
+		if id, ok := numberedName(name, "cpu"); ok && id <= MaxCPUID {
+			devices = append(devices, id)
+		}
+	})
+	if err != nil {
+		return CPUs{}, err
+	}
+	slices.Sort(devices)
+	c.Devices = devices
+	return c, nil
+}
+
+// readNodeCPU reads the topology ids of CPU cpu through the node
+// directory, the path cAdvisor reads. ok is false when either file is
+// missing: an offline CPU has no topology directory, and cAdvisor skips
+// such a CPU.
+func (fs FS) readNodeCPU(r *reader, node, cpu int) (c CPU, ok bool, err error) {
+	c.ID = cpu
+	for _, f := range [...]struct {
+		name string
+		dst  *int
+	}{
+		{"/topology/core_id", &c.CoreID},
+		{"/topology/physical_package_id", &c.SocketID},
+	} {
+		p := r.at2(fs.nodePrefix, node, "/cpu", cpu, f.name)
+		b, found, err := r.readOptional(p)
+		if err != nil {
+			return CPU{}, false, err
+		}
+		if !found {
+			return CPU{}, false, nil
+		}
+		v, valid := parseInt(b)
+		if !valid {
+			return CPU{}, false, fmt.Errorf("parse %s: bad id %q", p, trimSpace(b))
+		}
+		*f.dst = v
+	}
+	return c, true, nil
+}

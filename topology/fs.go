@@ -1,0 +1,113 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+)
+
+// FS reads the machine model from a sysfs and a procfs mount point, and
+// optionally measures the filesystem that holds the kubelet's root
+// directory. Make one with [NewFS]; the zero FS reads nothing.
+//
+// An FS is an immutable value: it is safe for concurrent use, and each
+// method call reads the files afresh.
+type FS struct {
+	sys  string // sysfs root, e.g. /sys
+	proc string // procfs root, e.g. /proc
+
+	// kubeletRoot is the directory whose filesystem is the node's
+	// ephemeral-storage capacity; "" means not measured.
+	kubeletRoot string
+
+	// Directories derived from sys, and the meminfo path (also with a
+	// trailing NUL for the allocation-free MemTotal).
+	cpuDir, nodeDir, memDir, hugeDir string
+	nodePrefix, memPrefix            string // nodeDir+"/node", memDir+"/memory"
+	meminfo, meminfoZ                string
+}
+
+// NewFS returns an FS rooted at sysRoot (normally /sys) and procRoot
+// (normally /proc). It checks that the roots look like sysfs and procfs:
+// sysRoot/devices/system/cpu must be a directory and procRoot/meminfo must
+// be readable. Otherwise it returns one error that names the root, e.g.
+// "sysfs root /x: stat /x/devices/system/cpu: no such file or directory".
+func NewFS(sysRoot, procRoot string) (FS, error) {
+	if sysRoot == "" || procRoot == "" {
+		return FS{}, errors.New("topology: empty sysfs or procfs root")
+	}
+	sysRoot, procRoot = filepath.Clean(sysRoot), filepath.Clean(procRoot)
+	f := FS{
+		sys:     sysRoot,
+		proc:    procRoot,
+		cpuDir:  filepath.Join(sysRoot, "devices/system/cpu"),
+		nodeDir: filepath.Join(sysRoot, "devices/system/node"),
+		memDir:  filepath.Join(sysRoot, "devices/system/memory"),
+		hugeDir: filepath.Join(sysRoot, "kernel/mm/hugepages"),
+		meminfo: filepath.Join(procRoot, "meminfo"),
+	}
+	f.meminfoZ = f.meminfo + "\x00"
+	f.nodePrefix = f.nodeDir + "/node"
+	f.memPrefix = f.memDir + "/memory"
+
+	if _, err := os.Stat(sysRoot); err != nil {
+		return FS{}, fmt.Errorf("sysfs root %s: %w", sysRoot, err)
+	}
+	if st, err := os.Stat(f.cpuDir); err != nil {
+		return FS{}, fmt.Errorf("sysfs root %s: %w", sysRoot, err)
+	} else if !st.IsDir() {
+		return FS{}, fmt.Errorf("sysfs root %s: %s is not a directory", sysRoot, f.cpuDir)
+	}
+	if _, err := os.Stat(procRoot); err != nil {
+		return FS{}, fmt.Errorf("procfs root %s: %w", procRoot, err)
+	}
+	var buf [64]byte
+	if _, err := readHead(f.meminfoZ, buf[:]); err != nil {
+		return FS{}, fmt.Errorf("procfs root %s: read %s: %w", procRoot, f.meminfo, err)
+	}
+	return f, nil
+}
+
+// WithKubeletRootDir returns a copy of fs whose snapshots also measure the
+// node's ephemeral-storage capacity: the size of the filesystem that holds
+// dir (the kubelet's --root-dir, /var/lib/kubelet by default), as
+// statfs(2) f_frsize × f_blocks, which is what cAdvisor reports to the
+// kubelet. When dir does not exist yet, its nearest existing parent is
+// measured. An empty dir turns the measurement off (capacity 0).
+func (fs FS) WithKubeletRootDir(dir string) FS {
+	if dir != "" {
+		dir = filepath.Clean(dir)
+	}
+	fs.kubeletRoot = dir
+	return fs
+}
+
+// ready reports an FS that NewFS did not make.
+func (fs FS) ready() error {
+	if fs.cpuDir == "" {
+		return errors.New("topology: FS not made by NewFS")
+	}
+	return nil
+}
+
+// ephemeralStorage measures the filesystem holding the kubelet root dir,
+// walking up to the nearest existing parent.
+func (fs FS) ephemeralStorage() (uint64, error) {
+	if fs.kubeletRoot == "" {
+		return 0, nil
+	}
+	dir := fs.kubeletRoot
+	for {
+		size, err := statfsCapacity(dir)
+		if err == nil {
+			return size, nil
+		}
+		parent := filepath.Dir(dir)
+		if !errors.Is(err, iofs.ErrNotExist) || parent == dir {
+			return 0, fmt.Errorf("statfs %s: %w", dir, err)
+		}
+		dir = parent
+	}
+}

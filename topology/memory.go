@@ -1,0 +1,167 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Memory block states as the kernel writes them in memoryN/state.
+const (
+	BlockOnline       = "online"
+	BlockOffline      = "offline"
+	BlockGoingOffline = "going-offline"
+)
+
+// MemoryBlock is one hot-pluggable memory block,
+// /sys/devices/system/memory/memoryN.
+type MemoryBlock struct {
+	ID int `json:"id"`
+	// State is memoryN/state: "online", "offline" or, briefly,
+	// "going-offline".
+	State string `json:"state"`
+	// Zone is the first word of memoryN/valid_zones. For an online block
+	// the kernel writes the zone the block is in ("Normal", "Movable",
+	// "DMA32", ...), or "none" when the block spans two zones (it then
+	// cannot be offlined). For an offline block it lists the zones the
+	// block could be onlined to, the default first: Zone is that default,
+	// which "echo online" would pick (online_movable or online_kernel can
+	// pick another listed zone). Empty when the kernel has no valid_zones
+	// (no memory hot-remove support).
+	Zone string `json:"zone,omitempty"`
+	// Node is the NUMA node the block belongs to, from the nodeN/memoryM
+	// link (or the memoryM/nodeN link); -1 when unknown.
+	Node int `json:"node"`
+	// Removable is memoryN/removable. Since Linux 5.8 the kernel writes 1
+	// for every block when it supports memory hot-remove; only older
+	// kernels judge each block.
+	Removable bool `json:"removable"`
+}
+
+// readMemory reads the memory block size and every memoryN block. No
+// memory directory (no memory hotplug support) is not an error: no blocks.
+// links are the block-to-node links from the node directories, sorted by
+// block; haveNodes says whether node directories exist (without them the
+// kernel makes no links at all, so none are looked for).
+func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, []MemoryBlock, error) {
+	var blockSize uint64
+	p := r.at(fs.memDir, -1, "/block_size_bytes")
+	if b, ok, err := r.readOptional(p); err != nil {
+		return 0, nil, err
+	} else if ok {
+		v, valid := parseUint(b, 16)
+		if !valid {
+			return 0, nil, fmt.Errorf("parse %s: bad hex size %q", p, trimSpace(b))
+		}
+		blockSize = v
+	}
+
+	var ids []int
+	err := r.scan(r.at(fs.memDir, -1, ""), func(name []byte) {
+		if id, ok := numberedName(name, "memory"); ok {
+			ids = append(ids, id)
+		}
+	})
+	if err != nil {
+		if isNotExist(err) {
+			return blockSize, nil, nil
+		}
+		return 0, nil, err
+	}
+	slices.Sort(ids)
+
+	blocks := make([]MemoryBlock, 0, len(ids))
+	li := 0
+	for _, id := range ids {
+		blk := MemoryBlock{ID: id, Node: -1}
+
+		p := r.at(fs.memPrefix, id, "/state")
+		b, ok, err := r.readOptional(p)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			continue // the block was removed under us
+		}
+		blk.State = internWord(trimSpace(b))
+
+		if b, ok, err = r.readOptional(r.at(fs.memPrefix, id, "/valid_zones")); err != nil {
+			return 0, nil, err
+		} else if ok {
+			blk.Zone = internWord(firstWord(b))
+		}
+
+		if b, ok, err = r.readOptional(r.at(fs.memPrefix, id, "/removable")); err != nil {
+			return 0, nil, err
+		} else if ok {
+			blk.Removable = string(trimSpace(b)) == "1"
+		}
+
+		for li < len(links) && links[li].block < id {
+			li++
+		}
+		if li < len(links) && links[li].block == id {
+			blk.Node = links[li].node
+		} else if haveNodes {
+			// Not linked from any node directory: look for memoryM/nodeN.
+			if blk.Node, err = fs.blockNode(r, id); err != nil {
+				return 0, nil, err
+			}
+		}
+		blocks = append(blocks, blk)
+	}
+	return blockSize, blocks, nil
+}
+
+// blockNode finds the nodeN link in memoryM, -1 if there is none.
+func (fs FS) blockNode(r *reader, id int) (int, error) {
+	node := -1
+	err := r.scan(r.at(fs.memPrefix, id, ""), func(name []byte) {
+		if n, ok := numberedName(name, "node"); ok && node < 0 {
+			node = n
+		}
+	})
+	if err != nil && !isNotExist(err) {
+		return -1, err
+	}
+	return node, nil
+}
+
+// firstWord returns the first white-space separated word of b.
+func firstWord(b []byte) []byte {
+	b = trimSpace(b)
+	for i, c := range b {
+		if isSpace(c) {
+			return b[:i]
+		}
+	}
+	return b
+}
+
+// internWord returns the words the kernel writes in state and valid_zones
+// as constants, so that thousands of blocks share them instead of each
+// allocating its own copy.
+func internWord(b []byte) string {
+	switch string(b) {
+	case BlockOnline:
+		return BlockOnline
+	case BlockOffline:
+		return BlockOffline
+	case BlockGoingOffline:
+		return BlockGoingOffline
+	case "Normal":
+		return "Normal"
+	case "Movable":
+		return "Movable"
+	case "DMA":
+		return "DMA"
+	case "DMA32":
+		return "DMA32"
+	case "HighMem":
+		return "HighMem"
+	case "Device":
+		return "Device"
+	case "none":
+		return "none"
+	}
+	return string(b)
+}

@@ -1,0 +1,148 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Node is one NUMA node, from /sys/devices/system/node/nodeN.
+type Node struct {
+	ID int `json:"id"`
+	// CPUs are the node's online CPUs: the nodeN/cpuM links whose CPU is
+	// in cpu/online and has topology ids, sorted by id. This is exactly
+	// the set cAdvisor counts for the kubelet.
+	CPUs []CPU `json:"cpus"`
+	// MemTotal is "Node N MemTotal" from nodeN/meminfo, in bytes; 0 for a
+	// memory-less node or when the file is missing.
+	MemTotal uint64 `json:"memTotalBytes"`
+	// Hugepages are the node's pools from nodeN/hugepages, by page size.
+	Hugepages []Hugepages `json:"hugepages"`
+	// Distances is nodeN/distance: the SLIT distance to every node, in
+	// node order; nil when the file is missing.
+	Distances []int `json:"distances"`
+}
+
+// blockLink ties a memory block to the node whose directory links it
+// (nodeN/memoryM; the kernel makes memoryM/nodeN at the same time).
+type blockLink struct{ block, node int }
+
+// readNodes reads every nodeN directory. No node directory at all (a
+// kernel without NUMA) is not an error: nodes is nil. It also returns the
+// memory block links it saw, sorted by block.
+func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
+	var ids []int
+	err := r.scan(r.at(fs.nodeDir, -1, ""), func(name []byte) {
+		if id, ok := numberedName(name, "node"); ok {
+			ids = append(ids, id)
+		}
+	})
+	if err != nil {
+		if isNotExist(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	slices.Sort(ids)
+
+	nodes := make([]Node, 0, len(ids))
+	var links []blockLink
+	var cpus []int // scratch, reused for every node
+	for _, id := range ids {
+		cpus = cpus[:0]
+		err := r.scan(r.at(fs.nodePrefix, id, ""), func(name []byte) {
+			if c, ok := numberedName(name, "cpu"); ok {
+				cpus = append(cpus, c)
+			} else if b, ok := numberedName(name, "memory"); ok {
+				links = append(links, blockLink{block: b, node: id})
+			}
+		})
+		if err != nil {
+			if isNotExist(err) {
+				continue // the node went away under us
+			}
+			return nil, nil, err
+		}
+		n := Node{ID: id}
+
+		slices.Sort(cpus)
+		count := 0
+		for _, c := range cpus {
+			if online.Contains(c) {
+				count++
+			}
+		}
+		if count > 0 {
+			n.CPUs = make([]CPU, 0, count)
+		}
+		for _, c := range cpus {
+			if !online.Contains(c) {
+				continue
+			}
+			cpu, ok, err := fs.readNodeCPU(r, id, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ok {
+				n.CPUs = append(n.CPUs, cpu)
+			}
+		}
+
+		p := r.at(fs.nodePrefix, id, "/meminfo")
+		if b, ok, err := r.readOptional(p); err != nil {
+			return nil, nil, err
+		} else if ok {
+			if n.MemTotal, err = parseNodeMemTotal(b); err != nil {
+				return nil, nil, fmt.Errorf("parse %s: %w", p, err)
+			}
+		}
+
+		if n.Hugepages, err = r.readHugepages(fs.nodePrefix, id, "/hugepages"); err != nil {
+			return nil, nil, err
+		}
+
+		p = r.at(fs.nodePrefix, id, "/distance")
+		if b, ok, err := r.readOptional(p); err != nil {
+			return nil, nil, err
+		} else if ok {
+			if n.Distances, err = parseDistances(b); err != nil {
+				return nil, nil, fmt.Errorf("parse %s: %w", p, err)
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	slices.SortFunc(links, func(a, b blockLink) int { return a.block - b.block })
+	return nodes, links, nil
+}
+
+// parseDistances parses nodeN/distance, space-separated decimals.
+func parseDistances(b []byte) ([]int, error) {
+	b = trimSpace(b)
+	if len(b) == 0 {
+		return nil, nil
+	}
+	n := 1
+	for _, c := range b {
+		if c == ' ' {
+			n++
+		}
+	}
+	out := make([]int, 0, n)
+	for len(b) > 0 {
+		end := indexByteFrom(b, ' ', 0)
+		if end > 0 {
+			v, ok := parseUint(b[:end], 10)
+			if !ok || v > 1<<31 {
+				return nil, fmt.Errorf("bad distance %q", b[:end])
+			}
+			out = append(out, int(v))
+		}
+		if end == len(b) {
+			break
+		}
+		b = b[end+1:]
+	}
+	return out, nil
+}

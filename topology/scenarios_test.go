@@ -1,0 +1,197 @@
+package topology
+
+// scenario is a synthetic machine and the capacity the kubelet would
+// report for it, worked out by hand from the kernel's files.
+type scenario struct {
+	name string
+	fix  fixture
+	want Capacity
+}
+
+func scenarios() []scenario {
+	return []scenario{
+		{
+			// Two sockets, one node each, SMT pairs; cpu3 and cpu6 offline.
+			// Only online CPUs count; empty 2 MiB pools are still reported.
+			name: "offline-cpus",
+			fix: fixture{
+				CPUs: append(smtCPUs(0, 4, 0, 0, 3), smtCPUs(4, 4, 1, 0, 6)...),
+				Nodes: []fixNode{
+					{ID: 0, CPUs: ints(0, 3), MemKB: 4000000, Pools: []fixPool{{2048, 0}}, Distances: []int{10, 20}},
+					{ID: 1, CPUs: ints(4, 7), MemKB: 4100000, Pools: []fixPool{{2048, 0}}, Distances: []int{20, 10}},
+				},
+				BlockSize: 128 * miB,
+				Blocks: concat(
+					blocks(0, 1, BlockOnline, "DMA32", 0),
+					blocks(1, 31, BlockOnline, "Normal", 0),
+					blocks(32, 28, BlockOnline, "Normal", 1),
+					blocks(60, 4, BlockOffline, "Normal Movable", 1),
+				),
+				MemKB: 8100000,
+				Pools: []fixPool{{2048, 0}},
+			},
+			want: Capacity{
+				CPU:       6, // 0,1,2 and 4,5,7
+				Memory:    8100000 * 1024,
+				Hugepages: map[string]uint64{"hugepages-2Mi": 0},
+				Nodes: []NodeCapacity{
+					{ID: 0, CPU: 3, Memory: 4000000 * 1024, Hugepages: map[string]uint64{"hugepages-2Mi": 0}},
+					{ID: 1, CPU: 3, Memory: 4100000 * 1024, Hugepages: map[string]uint64{"hugepages-2Mi": 0}},
+				},
+			},
+		},
+		{
+			// node1 has CPUs but no memory, node2 memory but no CPUs (a
+			// CXL expander); no hugepage support at all.
+			name: "memoryless-node",
+			fix: fixture{
+				CPUs: append(smtCPUs(0, 2, 0, 0), smtCPUs(2, 2, 0, 1)...),
+				Nodes: []fixNode{
+					{ID: 0, CPUs: ints(0, 1), MemKB: 2 * miB, Distances: []int{10, 11, 20}},
+					{ID: 1, CPUs: ints(2, 3), MemKB: 0, Distances: []int{11, 10, 20}},
+					{ID: 2, MemKB: 8 * miB, Distances: []int{20, 20, 10}},
+				},
+				BlockSize: 128 * miB,
+				Blocks: concat(
+					blocks(0, 16, BlockOnline, "Normal", 0),
+					blocks(16, 64, BlockOnline, "Movable", 2),
+				),
+				MemKB: 10 * miB,
+			},
+			want: Capacity{
+				CPU:    4,
+				Memory: 10 * giB,
+				Nodes: []NodeCapacity{
+					{ID: 0, CPU: 2, Memory: 2 * giB},
+					{ID: 1, CPU: 2, Memory: 0},
+					{ID: 2, CPU: 0, Memory: 8 * giB},
+				},
+			},
+		},
+		{
+			// 2 MiB and 1 GiB pools on two nodes of one socket.
+			name: "hugepages-2Mi-1Gi-two-nodes",
+			fix: fixture{
+				CPUs: append(smtCPUs(0, 4, 0, 0), smtCPUs(4, 4, 0, 2)...),
+				Nodes: []fixNode{
+					{ID: 0, CPUs: ints(0, 3), MemKB: 8 * miB, Pools: []fixPool{{2048, 512}, {1048576, 2}}, Distances: []int{10, 12}},
+					{ID: 1, CPUs: ints(4, 7), MemKB: 8 * miB, Pools: []fixPool{{2048, 256}, {1048576, 0}}, Distances: []int{12, 10}},
+				},
+				BlockSize: 128 * miB,
+				Blocks: concat(
+					blocks(0, 64, BlockOnline, "Normal", 0),
+					blocks(64, 64, BlockOnline, "Normal", 1),
+				),
+				MemKB: 16700000,
+				Pools: []fixPool{{2048, 768}, {1048576, 2}},
+			},
+			want: Capacity{
+				CPU:    8,
+				Memory: 16700000 * 1024,
+				Hugepages: map[string]uint64{
+					"hugepages-2Mi": 768 * 2 * miB, // 1610612736
+					"hugepages-1Gi": 2 * giB,
+				},
+				Nodes: []NodeCapacity{
+					{ID: 0, CPU: 4, Memory: 8 * giB, Hugepages: map[string]uint64{"hugepages-2Mi": 1 * giB, "hugepages-1Gi": 2 * giB}},
+					{ID: 1, CPU: 4, Memory: 8 * giB, Hugepages: map[string]uint64{"hugepages-2Mi": 512 * miB, "hugepages-1Gi": 0}},
+				},
+			},
+		},
+		{
+			// A kernel without NUMA: cAdvisor counts the cpuN directories,
+			// so the offline cpu3 counts too; cpu4-7 are possible but not
+			// present, so they have no directory.
+			name: "no-node-dirs",
+			fix: fixture{
+				CPUs:      smtCPUs(0, 4, 0, 0, 3),
+				Possible:  CPUSet(ints(0, 7)),
+				BlockSize: 128 * miB,
+				Blocks:    blocks(0, 32, BlockOnline, "Normal", -1),
+				MemKB:     4000000,
+				Pools:     []fixPool{{2048, 16}},
+			},
+			want: Capacity{
+				CPU:       4,
+				Memory:    4000000 * 1024,
+				Hugepages: map[string]uint64{"hugepages-2Mi": 32 * miB},
+			},
+		},
+		{
+			// Swap does not change capacity. No memory directory, no
+			// distance, no nodeN/meminfo: all optional.
+			name: "swap-no-memory-dir",
+			fix: fixture{
+				CPUs:   smtCPUs(0, 2, 0, 0),
+				Nodes:  []fixNode{{ID: 0, CPUs: ints(0, 1), NoMeminfo: true}},
+				MemKB:  3000000,
+				SwapKB: 2 * miB,
+				Pools:  []fixPool{{2048, 0}, {1048576, 0}},
+			},
+			want: Capacity{
+				CPU:       2,
+				Memory:    3000000 * 1024,
+				Hugepages: map[string]uint64{"hugepages-2Mi": 0, "hugepages-1Gi": 0},
+				Nodes:     []NodeCapacity{{ID: 0, CPU: 2, Memory: 0}},
+			},
+		},
+		{
+			// cpu2 is online but has no topology ids: cAdvisor skips it.
+			name: "online-cpu-without-topology",
+			fix: fixture{
+				CPUs: []fixCPU{
+					{ID: 0, Core: 0, Online: true},
+					{ID: 1, Core: 1, Online: true},
+					{ID: 2, Core: 2, Online: true, NoTopology: true},
+					{ID: 3, Core: 3, Online: true},
+				},
+				Nodes: []fixNode{{ID: 0, CPUs: ints(0, 3), MemKB: 1 * miB, Distances: []int{10}}},
+				MemKB: 1 * miB,
+			},
+			want: Capacity{
+				CPU:    3,
+				Memory: 1 * giB,
+				Nodes:  []NodeCapacity{{ID: 0, CPU: 3, Memory: 1 * giB}},
+			},
+		},
+		{
+			// arm64 with 64 KiB pages: four hugepage sizes, named as the
+			// kubelet names them.
+			name: "arm64-hugepage-sizes",
+			fix: fixture{
+				CPUs:     smtCPUs(0, 4, 0, 0),
+				Possible: CPUSet(ints(0, 15)),
+				Nodes: []fixNode{{ID: 0, CPUs: ints(0, 3), MemKB: 4 * miB, Distances: []int{10},
+					Pools: []fixPool{{64, 10}, {2048, 5}, {32768, 1}, {1048576, 1}}}},
+				BlockSize: 1 * giB,
+				Blocks:    blocks(0, 4, BlockOnline, "Normal", 0),
+				MemKB:     4 * miB,
+				Pools:     []fixPool{{64, 10}, {2048, 5}, {32768, 1}, {1048576, 1}},
+			},
+			want: Capacity{
+				CPU:    4,
+				Memory: 4 * giB,
+				Hugepages: map[string]uint64{
+					"hugepages-64Ki": 640 * kiB,
+					"hugepages-2Mi":  10 * miB,
+					"hugepages-32Mi": 32 * miB,
+					"hugepages-1Gi":  1 * giB,
+				},
+				Nodes: []NodeCapacity{{ID: 0, CPU: 4, Memory: 4 * giB, Hugepages: map[string]uint64{
+					"hugepages-64Ki": 640 * kiB,
+					"hugepages-2Mi":  10 * miB,
+					"hugepages-32Mi": 32 * miB,
+					"hugepages-1Gi":  1 * giB,
+				}}},
+			},
+		},
+	}
+}
+
+func concat[T any](parts ...[]T) []T {
+	var out []T
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package topology
+
+import (
+	"fmt"
+)
+
+// Snapshot is the machine model at one moment. A Snapshot is never
+// modified after Snapshot returns it, so it may be shared between
+// goroutines freely.
+type Snapshot struct {
+	CPUs CPUs `json:"cpus"`
+	// Nodes are the NUMA nodes sorted by ID; nil when the machine has no
+	// node directories (a kernel without NUMA).
+	Nodes []Node `json:"nodes"`
+	// MemoryBlockSize is memory/block_size_bytes (hex in sysfs), in bytes;
+	// 0 without memory hotplug support.
+	MemoryBlockSize uint64 `json:"memoryBlockSizeBytes"`
+	// MemoryBlocks are the memoryN blocks sorted by ID.
+	MemoryBlocks []MemoryBlock `json:"memoryBlocks"`
+	// MemTotal is /proc/meminfo MemTotal in bytes.
+	MemTotal uint64 `json:"memTotalBytes"`
+	// SwapTotal is /proc/meminfo SwapTotal in bytes.
+	SwapTotal uint64 `json:"swapTotalBytes"`
+	// Hugepages are the node-wide pools from /sys/kernel/mm/hugepages,
+	// sorted by page size; nil without hugepage support.
+	Hugepages []Hugepages `json:"hugepages"`
+	// EphemeralStorage is the size of the filesystem holding the kubelet
+	// root dir (see FS.WithKubeletRootDir); 0 when not measured.
+	EphemeralStorage uint64 `json:"ephemeralStorageBytes,omitempty"`
+}
+
+// Snapshot rebuilds the whole model from the filesystem.
+//
+// A missing optional file or directory (no node directories, no hugepages,
+// no memory blocks, no distance or nodeN/meminfo file) leaves its field
+// zero or nil. A missing required file (cpu/online, meminfo) or any file
+// that cannot be parsed is an error that names the path.
+//
+// The rebuild reads only what the model holds: the four CPU lists and one
+// directory scan under cpu/, per node one scan plus meminfo, distance and
+// the hugepage pools, per online CPU core_id and physical_package_id, per
+// memory block state, valid_zones and removable, and /proc/meminfo.
+func (fs FS) Snapshot() (*Snapshot, error) {
+	if err := fs.ready(); err != nil {
+		return nil, err
+	}
+	r := getReader()
+	defer putReader(r)
+
+	s := &Snapshot{}
+	var err error
+	if s.CPUs, err = fs.readCPUs(r); err != nil {
+		return nil, err
+	}
+	var links []blockLink
+	if s.Nodes, links, err = fs.readNodes(r, s.CPUs.Online); err != nil {
+		return nil, err
+	}
+	if s.MemoryBlockSize, s.MemoryBlocks, err = fs.readMemory(r, links, len(s.Nodes) > 0); err != nil {
+		return nil, err
+	}
+	b, err := r.read(r.at(fs.meminfo, -1, ""))
+	if err != nil {
+		return nil, err
+	}
+	if s.MemTotal, s.SwapTotal, err = parseMeminfo(b); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", fs.meminfo, err)
+	}
+	if s.Hugepages, err = r.readHugepages(fs.hugeDir, -1, ""); err != nil {
+		return nil, err
+	}
+	if s.EphemeralStorage, err = fs.ephemeralStorage(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
