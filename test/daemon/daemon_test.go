@@ -1,0 +1,384 @@
+// Package daemon tests the real node-resized process: it builds the
+// binaries, starts the daemon, and drives real CPU hotplug on this machine.
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/monitor"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "node-resized-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binDir = dir
+		for _, name := range []string{"node-resized", "node-resizectl"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
+			cmd.Dir = ".." + string(filepath.Separator) + ".."
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", name, err, out)
+				return 1
+			}
+		}
+		return m.Run()
+	}())
+}
+
+// daemon is a running node-resized process.
+type daemon struct {
+	cmd    *exec.Cmd
+	socket string
+	stderr *bytes.Buffer
+	done   chan error
+	client *api.Client
+}
+
+func startDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "run", "node-resized.sock")
+	args = append([]string{"--standalone", "--socket", socket, "--log-format", "json", "--log-level", "debug"}, args...)
+	d := &daemon{socket: socket, stderr: new(bytes.Buffer), done: make(chan error, 1)}
+	d.cmd = exec.Command(filepath.Join(binDir, "node-resized"), args...)
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.stderr.String())
+		}
+	})
+	d.client = api.NewClient(socket)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := d.client.Status(ctx)
+		cancel()
+		if err == nil {
+			return d
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("daemon exited during start-up: %v\n%s", err, d.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not answer on %s within 20s: %v", socket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and returns the exit error.
+func (d *daemon) stop(t *testing.T) error {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-d.done:
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatal("daemon did not exit within 15s of SIGTERM")
+		return nil
+	}
+}
+
+func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
+	d := startDaemon(t, "--uevents=false")
+	// A follower is connected while the daemon stops: it must not hold
+	// the shutdown up.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	followErr := make(chan error, 1)
+	go func() { followErr <- d.client.Follow(ctx, 0, func(monitor.Change) error { return nil }) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := d.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0\n%s", err, d.stderr.String())
+	}
+	if _, err := os.Lstat(d.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket still there after exit: %v", err)
+	}
+	select {
+	case err := <-followErr:
+		if err == nil {
+			t.Error("follower saw no error when the daemon stopped")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("follower still blocked after the daemon exited")
+	}
+}
+
+func TestBadInputGivesOneLineAndNonZeroExit(t *testing.T) {
+	tmp := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"--standalone", "--no-such-flag"}, 2, "flag provided but not defined"},
+		{"bad duration", []string{"--standalone", "--coalesce-quiet", "soon"}, 2, "coalesce-quiet"},
+		{"without standalone", nil, 2, "--standalone"},
+		{"missing sysfs", []string{"--standalone", "--socket", filepath.Join(tmp, "a.sock"), "--sysfs-root", filepath.Join(tmp, "nowhere")}, 1, "nowhere"},
+		{"sysfs not a sysfs", []string{"--standalone", "--socket", filepath.Join(tmp, "b.sock"), "--sysfs-root", tmp}, 1, tmp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "node-resized"), tc.args...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.code {
+				t.Fatalf("exit = %v, want status %d; stderr:\n%s", err, tc.code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			// The flag package prints the usage after its own error line;
+			// the error itself must be the first line, and one line.
+			if !strings.Contains(lines[0], tc.want) {
+				t.Errorf("first line %q does not mention %q", lines[0], tc.want)
+			}
+			if tc.code == 1 && len(lines) != 1 {
+				t.Errorf("want one error line, got %d:\n%s", len(lines), stderr.String())
+			}
+		})
+	}
+}
+
+func TestCLIExplainsMissingDaemon(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	cmd := exec.Command(filepath.Join(binDir, "node-resizectl"), "--socket", socket, "status")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit = %v, want 1", err)
+	}
+	for _, want := range []string{socket, "systemctl start node-resized"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output %q does not mention %q", out, want)
+		}
+	}
+}
+
+func TestCLIAgainstDaemon(t *testing.T) {
+	d := startDaemon(t, "--uevents=false")
+	ctl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(binDir, "node-resizectl"), append([]string{"--socket", d.socket}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node-resizectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	online, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := ctl("status"); !strings.Contains(out, "online "+strings.TrimSpace(string(online))) || !strings.Contains(out, "Physical capacity:") {
+		t.Errorf("status table lacks the online set %s:\n%s", online, out)
+	}
+	if out := ctl("-o", "json", "status"); !strings.Contains(out, `"physical"`) {
+		t.Errorf("status -o json lacks physical:\n%s", out)
+	}
+	if out := ctl("topology"); !strings.Contains(out, "NUMA NODE") {
+		t.Errorf("topology table:\n%s", out)
+	}
+	if out := ctl("events"); !strings.Contains(out, "initial model") {
+		t.Errorf("events table lacks the startup model:\n%s", out)
+	}
+	if out := ctl("resync"); !strings.Contains(out, "Resynced") {
+		t.Errorf("resync:\n%s", out)
+	}
+	if out := ctl("version"); strings.Count(out, "node-resize") != 2 {
+		t.Errorf("version should name both binaries:\n%s", out)
+	}
+}
+
+const cpu1 = "/sys/devices/system/cpu/cpu1/online"
+
+func setCPU1(online bool) error {
+	v := "0"
+	if online {
+		v = "1"
+	}
+	return os.WriteFile(cpu1, []byte(v), 0o644)
+}
+
+// TestRealCPUHotplug takes cpu1 offline and back with the real kernel and
+// checks that the daemon's socket follows, measuring the detection latency.
+func TestRealCPUHotplug(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to write " + cpu1)
+	}
+	if b, err := os.ReadFile(cpu1); err != nil {
+		t.Skipf("cpu1 cannot be offlined on this machine: %v", err)
+	} else if strings.TrimSpace(string(b)) != "1" {
+		if err := setCPU1(true); err != nil {
+			t.Fatalf("bring cpu1 online before the test: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if err := setCPU1(true); err != nil {
+			t.Errorf("restore cpu1 online: %v", err)
+		}
+	})
+	cycles := 20
+	if v := os.Getenv("NODE_RESIZED_HOTPLUG_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("NODE_RESIZED_HOTPLUG_CYCLES=%q: want a positive number", v)
+		}
+		cycles = n
+	}
+
+	d := startDaemon(t, "--metrics-address", "127.0.0.1:0")
+	st, err := d.client.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus := st.Physical["cpu"]
+	initial := cpus.Value()
+	if !st.CPUs.Online.Contains(1) {
+		t.Fatalf("cpu1 not online at start: %s", st.CPUs.Online)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changes := make(chan monitor.Change, 1024)
+	go func() {
+		_ = d.client.Follow(ctx, st.LastChange.ID, func(c monitor.Change) error {
+			changes <- c
+			return nil
+		})
+	}()
+	await := func(wantCPU int64, wantKind string) monitor.Change {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case c := <-changes:
+				if c.Capacity.CPU == wantCPU && hasKind(c, wantKind) {
+					return c
+				}
+				t.Logf("skipping change #%d: %s", c.ID, c.Changes)
+			case <-timeout:
+				t.Fatalf("no change to %d CPUs (%s) within 10s", wantCPU, wantKind)
+			}
+		}
+	}
+
+	var offLat, onLat []time.Duration
+	for i := range cycles {
+		if err := setCPU1(false); err != nil {
+			t.Fatalf("cycle %d: offline cpu1: %v", i, err)
+		}
+		c := await(initial-1, "cpu_offline")
+		if c.Events < 1 || c.Seqnums.Count < 1 {
+			t.Errorf("cycle %d: offline change has no uevent (%d events, seqnums %s)", i, c.Events, c.Seqnums.String())
+		}
+		offLat = append(offLat, c.Latency())
+		if i == 0 {
+			st, err := d.client.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := st.Physical["cpu"]
+			if q.Value() != initial-1 || st.CPUs.Online.Contains(1) {
+				t.Errorf("status after offline: cpu %s online %s; want %d without cpu1", q.String(), st.CPUs.Online, initial-1)
+			}
+		}
+		if err := setCPU1(true); err != nil {
+			t.Fatalf("cycle %d: online cpu1: %v", i, err)
+		}
+		c = await(initial, "cpu_online")
+		onLat = append(onLat, c.Latency())
+	}
+	st, err = d.client.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := st.Physical["cpu"]; q.Value() != initial || !st.CPUs.Online.Contains(1) {
+		t.Errorf("status at the end: cpu %s online %s; want %d with cpu1", q.String(), st.CPUs.Online, initial)
+	}
+	all := append(append([]time.Duration(nil), offLat...), onLat...)
+	t.Logf("detection latency over %d offline/online cycles (uevent arrival to updated model, --coalesce-quiet 20ms):", cycles)
+	t.Logf("  offline: %s", summary(offLat))
+	t.Logf("  online:  %s", summary(onLat))
+	t.Logf("  all:     %s", summary(all))
+	if out := os.Getenv("NODE_RESIZED_LATENCY_OUT"); out != "" {
+		var b strings.Builder
+		for _, l := range all {
+			fmt.Fprintf(&b, "%d\n", l.Microseconds())
+		}
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := d.stop(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	if !strings.Contains(d.stderr.String(), `"msg":"machine changed"`) {
+		t.Error("the daemon logged no change")
+	}
+	assertLogFields(t, d.stderr.String())
+}
+
+func hasKind(c monitor.Change, kind string) bool {
+	for _, ch := range c.Changes {
+		if ch.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func summary(ls []time.Duration) string {
+	s := slices.Clone(ls)
+	slices.Sort(s)
+	return fmt.Sprintf("n=%d min=%s median=%s p90=%s max=%s", len(s), s[0].Round(time.Microsecond),
+		s[len(s)/2].Round(time.Microsecond), s[len(s)*9/10].Round(time.Microsecond), s[len(s)-1].Round(time.Microsecond))
+}
+
+// assertLogFields checks that change lines carry structured fields.
+func assertLogFields(t *testing.T, log string) {
+	t.Helper()
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, `"msg":"machine changed"`) {
+			for _, f := range []string{`"change_id":`, `"seqnums":`, `"latency":`, `"cpus_online":`} {
+				if !strings.Contains(line, f) {
+					t.Errorf("change log line lacks %s: %s", f, line)
+				}
+			}
+			return
+		}
+	}
+}
