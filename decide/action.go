@@ -1,0 +1,132 @@
+package decide
+
+// ActionKind names an action type.
+type ActionKind string
+
+// The action kinds.
+const (
+	KindClampCgroups    ActionKind = "ClampCgroups"
+	KindGrowCgroups     ActionKind = "GrowCgroups"
+	KindPatchNodeStatus ActionKind = "PatchNodeStatus"
+	KindEmitEvent       ActionKind = "EmitEvent"
+	KindEvict           ActionKind = "Evict"
+	KindRestartKubelet  ActionKind = "RestartKubelet"
+)
+
+// Action is one step of a Decision, to be carried out in list order. The
+// concrete types are ClampCgroups, GrowCgroups, PatchNodeStatus, EmitEvent,
+// Evict and RestartKubelet; the set is closed. Actions are plain values, safe
+// for concurrent reads.
+type Action interface {
+	Kind() ActionKind
+	// Actuates reports whether the action changes the node (cgroups, pods,
+	// the kubelet) rather than only reporting.
+	Actuates() bool
+	isAction()
+}
+
+// ClampCgroups sets the kubepods cgroup limits when at least one of them
+// shrinks. Limits are what the kubelet would write for Capacity.
+type ClampCgroups struct {
+	Generation int64        `json:"generation"`
+	Capacity   Resources    `json:"capacity"`
+	Limits     CgroupLimits `json:"limits"`
+}
+
+// GrowCgroups sets the kubepods cgroup limits when none shrinks; the actuator
+// also widens kubepods' cpuset to every online CPU (a hot-added CPU is not in
+// it until someone adds it).
+type GrowCgroups struct {
+	Generation int64        `json:"generation"`
+	Capacity   Resources    `json:"capacity"`
+	Limits     CgroupLimits `json:"limits"`
+}
+
+// PatchNodeStatus publishes capacity, allocatable and the CapacityConfigured
+// condition in Node status. Only the resources listed are touched (pods and
+// extended resources stay the kubelet's).
+type PatchNodeStatus struct {
+	Generation  int64     `json:"generation"`
+	Capacity    Resources `json:"capacity"`
+	Allocatable Resources `json:"allocatable"`
+	Condition   Condition `json:"condition"`
+}
+
+// EventType is the type of a Kubernetes event.
+type EventType string
+
+// Event types, as in the Kubernetes API.
+const (
+	EventNormal  EventType = "Normal"
+	EventWarning EventType = "Warning"
+)
+
+// Event reasons node-resized emits on the Node.
+const (
+	// EventEmergencyCapacityReduced (Warning): the hardware fell below the
+	// applied capacity; kubepods was clamped at once (Path B).
+	EventEmergencyCapacityReduced = "EmergencyCapacityReduced"
+	// EventCapacityInfeasible (Warning): a configured capacity was refused.
+	EventCapacityInfeasible = "CapacityInfeasible"
+	// EventCapacityAccepted (Normal): a capacity is applied and stable.
+	EventCapacityAccepted = "CapacityAccepted"
+	// EvictionReason is the reason carried by evictions for lost capacity.
+	EvictionReason = "NodeCapacityExceeded"
+)
+
+// EmitEvent records an event on the Node.
+type EmitEvent struct {
+	Type    EventType `json:"type"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+}
+
+// Evict asks the evictor to bring the pods within Allocatable, in the
+// kubelet's memory-pressure order, with reason NodeCapacityExceeded (CPU is
+// compressible: only Guaranteed pods whose exclusive CPUs are gone go). The
+// evictor reports progress for Generation through Input.Eviction; an Evict of
+// an older generation is void once the generation moves on.
+type Evict struct {
+	Generation  int64     `json:"generation"`
+	Capacity    Resources `json:"capacity"`
+	Allocatable Resources `json:"allocatable"`
+	Reason      string    `json:"reason"`
+}
+
+// RestartKubelet restarts kubelet.service so that it re-reads the machine and
+// adopts Capacity (which equals the physical capacity). The actuator checks
+// the CPU manager state first so that the kubelet will start.
+type RestartKubelet struct {
+	Generation int64     `json:"generation"`
+	Capacity   Resources `json:"capacity"`
+}
+
+func (ClampCgroups) Kind() ActionKind    { return KindClampCgroups }
+func (GrowCgroups) Kind() ActionKind     { return KindGrowCgroups }
+func (PatchNodeStatus) Kind() ActionKind { return KindPatchNodeStatus }
+func (EmitEvent) Kind() ActionKind       { return KindEmitEvent }
+func (Evict) Kind() ActionKind           { return KindEvict }
+func (RestartKubelet) Kind() ActionKind  { return KindRestartKubelet }
+
+func (ClampCgroups) Actuates() bool    { return true }
+func (GrowCgroups) Actuates() bool     { return true }
+func (PatchNodeStatus) Actuates() bool { return false }
+func (EmitEvent) Actuates() bool       { return false }
+func (Evict) Actuates() bool           { return true }
+func (RestartKubelet) Actuates() bool  { return true }
+
+func (ClampCgroups) isAction()    {}
+func (GrowCgroups) isAction()     {}
+func (PatchNodeStatus) isAction() {}
+func (EmitEvent) isAction()       {}
+func (Evict) isAction()           {}
+func (RestartKubelet) isAction()  {}
+
+var (
+	_ Action = ClampCgroups{}
+	_ Action = GrowCgroups{}
+	_ Action = PatchNodeStatus{}
+	_ Action = EmitEvent{}
+	_ Action = Evict{}
+	_ Action = RestartKubelet{}
+)

@@ -1,0 +1,166 @@
+package decide
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Configured is the configured capacity as read from the API
+// (spec.configuredCapacity, or the node-resized.io/configured-capacity
+// annotation), kept as the user wrote it so that a malformed value is judged
+// here. A Configured value is safe for concurrent reads.
+type Configured struct {
+	// Present is false when the field (or annotation) is absent: the node
+	// then follows its physical capacity.
+	Present bool `json:"present"`
+	// Raw maps resource names to quantities exactly as written.
+	Raw map[string]string `json:"raw,omitempty"`
+}
+
+// Key returns a canonical string for the request, used to recognise the same
+// spec value across passes and daemon restarts: "" when absent, otherwise the
+// JSON object of the recognised entries, as written, keys sorted. Unknown
+// resource names do not take part: adding one does not make a new request.
+func (c Configured) Key() string {
+	if !c.Present {
+		return ""
+	}
+	m := make(map[string]string)
+	for k, v := range c.Raw {
+		if recognised(k) {
+			m[k] = v
+		}
+	}
+	b, err := json.Marshal(m) // sorted keys
+	if err != nil {
+		// A map of strings always marshals.
+		panic(err)
+	}
+	return string(b)
+}
+
+// recognised reports whether a configured-capacity key is one node-resized
+// validates (the KEP's well-known types); everything else is ignored.
+func recognised(name string) bool {
+	switch name {
+	case ResourceCPU, ResourceMemory, ResourceEphemeralStorage:
+		return true
+	}
+	return IsHugePages(name)
+}
+
+// evaluation is a configured capacity judged against the machine.
+type evaluation struct {
+	key     string
+	present bool
+	// values holds the well-formed recognised entries, by canonical name.
+	values Resources
+	// ignored lists unknown resource names, sorted.
+	ignored []string
+	// malformed, swap and below make the request Infeasible whatever the
+	// hardware does; over depends on the hardware.
+	malformed []string
+	swap      bool
+	below     []string
+	over      []string // canonical names whose value exceeds physical, sorted
+}
+
+// rejected reports whether the request is refused outright (not merely above
+// the current hardware).
+func (e evaluation) rejected() bool {
+	return len(e.malformed) > 0 || e.swap || len(e.below) > 0
+}
+
+// problems describes why the request is Infeasible, for the condition message.
+func (e evaluation) problems(phys Resources) string {
+	var parts []string
+	if len(e.malformed) > 0 {
+		parts = append(parts, "malformed: "+strings.Join(e.malformed, "; "))
+	}
+	if e.swap {
+		parts = append(parts, "memory is configured but swap is active: swap-enabled nodes are not supported")
+	}
+	if len(e.below) > 0 {
+		parts = append(parts, "below the kubelet's reservations: "+strings.Join(e.below, "; "))
+	}
+	if len(e.over) > 0 {
+		var over []string
+		for _, n := range e.over {
+			over = append(over, fmt.Sprintf("%s %s > physical %s", n, FormatAmount(n, e.values[n]), FormatAmount(n, phys[n])))
+		}
+		parts = append(parts, "exceeds physical capacity: "+strings.Join(over, "; "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// evaluate applies the per-resource validation rules to a configured capacity.
+func evaluate(c Configured, phys Resources, swapActive bool, r Reservations) evaluation {
+	e := evaluation{key: c.Key(), present: c.Present, values: Resources{}}
+	if !c.Present {
+		return e
+	}
+	names := make([]string, 0, len(c.Raw))
+	for k := range c.Raw {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		raw := c.Raw[name]
+		if !recognised(name) {
+			e.ignored = append(e.ignored, name)
+			continue
+		}
+		if name == ResourceMemory && swapActive {
+			e.swap = true
+		}
+		canon := name
+		if IsHugePages(name) {
+			n, ok := CanonicalHugePagesName(name)
+			if !ok {
+				e.malformed = append(e.malformed, fmt.Sprintf("%q is not a valid huge page resource name", name))
+				continue
+			}
+			canon = n
+		}
+		q, err := resource.ParseQuantity(raw)
+		if err != nil {
+			e.malformed = append(e.malformed, fmt.Sprintf("%s: %q is not a quantity", name, raw))
+			continue
+		}
+		if q.Sign() <= 0 {
+			e.malformed = append(e.malformed, fmt.Sprintf("%s: %q must be positive", name, raw))
+			continue
+		}
+		var v int64
+		var ok bool
+		if name == ResourceCPU {
+			v, ok = wholeMilli(q)
+		} else {
+			v, ok = wholeValue(q)
+		}
+		if !ok {
+			e.malformed = append(e.malformed, fmt.Sprintf("%s: %q is out of range", name, raw))
+			continue
+		}
+		if _, dup := e.values[canon]; dup {
+			e.malformed = append(e.malformed, fmt.Sprintf("%s: given twice under different names", canon))
+			continue
+		}
+		e.values[canon] = v
+		if canon == ResourceCPU || canon == ResourceMemory || canon == ResourceEphemeralStorage {
+			if total := r.Total(canon, v); v < total {
+				e.below = append(e.below, fmt.Sprintf("%s %s < %s (systemReserved + kubeReserved + evictionHard)",
+					canon, FormatAmount(canon, v), FormatAmount(canon, total)))
+			}
+		}
+		if v > phys[canon] {
+			e.over = append(e.over, canon)
+		}
+	}
+	sort.Strings(e.over)
+	return e
+}

@@ -1,0 +1,16 @@
+// Package decide is node-resized's decision core: given the machine's physical
+// capacity, the configured capacity read from the API, the kubelet's static
+// reservations and the state persisted by the previous pass, it decides the
+// capacity to publish, the CapacityConfigured condition and the ordered list
+// of actions that carry the decision out (KEP-3953's validation rules and
+// Paths A1, A2 and B).
+//
+// Everything here is a pure function of its arguments: no I/O, no clock (the
+// time comes in as Input.Now), no goroutines. The arithmetic that the kubelet
+// performs (allocatable, the hard eviction reservation, the kubepods cgroup
+// limits) is reproduced exactly, so that what node-resized publishes and
+// enforces is what a kubelet started on the same machine would compute.
+//
+// Amounts are int64 in base units: cpu in millicores, every other resource in
+// bytes.
+package decide

@@ -1,0 +1,57 @@
+package decide_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/node-resized/node-resized/decide"
+)
+
+func ExampleAllocatable() {
+	capacity := decide.Resources{"cpu": 4000, "memory": 16 << 30, "hugepages-2Mi": 1 << 30}
+	fivePct, _, _ := decide.ParseThreshold("5%")
+	r := decide.Reservations{
+		SystemReserved:  decide.Resources{"cpu": 100, "memory": 512 << 20},
+		KubeReserved:    decide.Resources{"memory": 256 << 20},
+		MemoryAvailable: fivePct,
+	}
+	fmt.Println(decide.Allocatable(capacity, r))
+	l := decide.KubepodsLimits(capacity, r)
+	fmt.Println(l.MemoryMax, l.CPUShares, l.CPUWeight)
+	// Output:
+	// cpu=3900m, hugepages-2Mi=1Gi, memory=14441827520
+	// 16374562816 3993 153
+}
+
+// A downscale ordered through the configured capacity (Path A2): status
+// first, then cgroups, then evictions; Accepted once the evictor is done.
+func ExampleDecide() {
+	in := decide.Input{
+		Physical:     decide.Physical{CPUs: 8, MemoryBytes: 32 << 30},
+		Configured:   decide.Configured{Present: true, Raw: map[string]string{"cpu": "8"}},
+		Reservations: decide.Reservations{MemoryAvailable: decide.Threshold{Quantity: 100 << 20}},
+		Now:          time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+	}
+	d := decide.Decide(in)
+	fmt.Println(d.Condition.Reason, d.Target)
+
+	in.Previous = d.Next
+	in.Configured.Raw["cpu"] = "4"
+	d = decide.Decide(in)
+	fmt.Println(d.Condition.Reason, d.Target)
+	for _, a := range d.Actions {
+		fmt.Println(" ", a.Kind())
+	}
+
+	in.Previous = d.Next
+	in.Eviction = decide.EvictionReport{Generation: d.Next.Generation, Done: true}
+	d = decide.Decide(in)
+	fmt.Println(d.Condition.Reason, d.Condition.Message)
+	// Output:
+	// Accepted cpu=8, memory=32Gi
+	// InProgress cpu=4, memory=32Gi
+	//   PatchNodeStatus
+	//   ClampCgroups
+	//   Evict
+	// Accepted capacity cpu=4, memory=32Gi applied
+}

@@ -1,0 +1,300 @@
+package decide
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Path A1: orchestrated upscale. The spec is raised first and held
+// Infeasible; the hardware arrives (in steps); the hold clears.
+func TestPathA1OrchestratedUpscale(t *testing.T) {
+	n := newNode(t, machine(4, 16*Gi), spec("cpu", "4"))
+	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	// 1. The controller raises the spec before the hardware is there.
+	d := n.step(func(in *Input) { in.Configured = spec("cpu", "8") })
+	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	if d.Target[ResourceCPU] != 4000 {
+		t.Fatalf("held target cpu = %d, want 4000", d.Target[ResourceCPU])
+	}
+
+	// 2. The hypervisor hot-adds CPUs one by one: still short, still held,
+	// nothing actuated (the message follows the hardware).
+	for _, cpus := range []int64{5, 6, 7} {
+		d = n.step(func(in *Input) { in.Physical.CPUs = cpus })
+		if d.Condition.Reason != ReasonInfeasible || d.Actuates() || d.Target[ResourceCPU] != 4000 {
+			t.Fatalf("%d CPUs: %s %v target %v", cpus, d.Condition.Reason, kinds(d.Actions), d.Target)
+		}
+	}
+
+	// 3–5. The last CPU arrives: the hold clears, kubepods grows first,
+	// then the capacity is advertised and Accepted.
+	d = n.step(func(in *Input) { in.Physical.CPUs = 8 })
+	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	g := d.Actions[0].(GrowCgroups)
+	if g.Capacity[ResourceCPU] != 8000 || g.Limits.CPUShares != MilliCPUToShares(8000-100) {
+		t.Fatalf("grow %+v", g)
+	}
+	if e := d.Actions[2].(EmitEvent); e.Type != EventNormal || e.Reason != EventCapacityAccepted {
+		t.Fatalf("event %+v", e)
+	}
+	if d.Condition.Status != StatusTrue {
+		t.Fatalf("status %s", d.Condition.Status)
+	}
+}
+
+// Path A2: orchestrated downscale. Status is lowered first, then cgroups,
+// then evictions (a PodDisruptionBudget holds them up for a while), then
+// Accepted; the controller then unplugs the hardware, which changes nothing.
+func TestPathA2OrchestratedDownscale(t *testing.T) {
+	n := newNode(t, machine(8, 32*Gi), spec("cpu", "8", "memory", "32Gi"))
+	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	// 1–4. Spec lowered: status first (scheduler blocked), kubepods shrinks,
+	// evictions start; InProgress.
+	d := n.step(func(in *Input) { in.Configured = spec("cpu", "4", "memory", "16Gi") })
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
+	patch := d.Actions[0].(PatchNodeStatus)
+	if patch.Capacity[ResourceCPU] != 4000 || patch.Capacity[ResourceMemory] != 16*Gi {
+		t.Fatalf("status patch %+v", patch)
+	}
+	wantAlloc := 16*Gi - 512*Mi - 256*Mi - 100*Mi
+	if patch.Allocatable[ResourceMemory] != wantAlloc {
+		t.Fatalf("allocatable memory %d, want %d", patch.Allocatable[ResourceMemory], wantAlloc)
+	}
+	clamp := d.Actions[1].(ClampCgroups)
+	if clamp.Limits.MemoryMax != 16*Gi-768*Mi || clamp.Limits.PidsMax != 4194304 {
+		t.Fatalf("clamp %+v", clamp.Limits)
+	}
+	ev := d.Actions[2].(Evict)
+	if ev.Generation != d.Next.Generation || ev.Reason != "NodeCapacityExceeded" || ev.Allocatable[ResourceMemory] != wantAlloc {
+		t.Fatalf("evict %+v", ev)
+	}
+	gen := ev.Generation
+
+	// Eviction in progress, nothing new to say.
+	d = n.step(func(in *Input) { in.Eviction = EvictionReport{Generation: gen} })
+	n.expect(d, ReasonInProgress)
+
+	// A PodDisruptionBudget blocks: still InProgress, and the message says so.
+	d = n.step(func(in *Input) {
+		in.Eviction = EvictionReport{Generation: gen, Blocked: "PodDisruptionBudget default/web allows 0 disruptions"}
+	})
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	if !strings.Contains(d.Condition.Message, "PodDisruptionBudget default/web") {
+		t.Fatalf("message %q", d.Condition.Message)
+	}
+	// A stale report for another generation is ignored.
+	d = n.step(func(in *Input) { in.Eviction = EvictionReport{Generation: gen - 1, Done: true} })
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+
+	// 5. Evictions done: Accepted.
+	d = n.step(func(in *Input) { in.Eviction = EvictionReport{Generation: gen, Done: true} })
+	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	// 6. The controller unplugs the hardware down to the target: no change.
+	d = n.step(func(in *Input) { in.Physical = machine(4, 16*Gi) })
+	n.expect(d, ReasonAccepted)
+}
+
+// Cancelling a stuck downscale by restoring the spec (KEP troubleshooting):
+// the cgroups grow back and the condition is Accepted; no deadlock.
+func TestPathA2CancelledBySpecRevert(t *testing.T) {
+	n := newNode(t, machine(8, 32*Gi), spec("memory", "32Gi"))
+	n.step(nil)
+	n.step(func(in *Input) { in.Configured = spec("memory", "16Gi") })
+	d := n.step(func(in *Input) {
+		in.Eviction = EvictionReport{Generation: in.Previous.Generation, Blocked: "PodDisruptionBudget"}
+	})
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	d = n.step(func(in *Input) { in.Configured = spec("memory", "32Gi") })
+	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	if d.Next.Evicting {
+		t.Fatal("eviction still outstanding after the downscale was cancelled")
+	}
+}
+
+// Path B: emergency. The hardware drops below the configured value: clamp at
+// once, evict, EmergencyReduced with a Warning event; the clamp survives a
+// daemon restart; the oversized spec is ignored, even when the hardware comes
+// back, until the spec is lowered.
+func TestPathBEmergency(t *testing.T) {
+	n := newNode(t, machine(4, 16*Gi), spec("cpu", "4", "memory", "16Gi"))
+	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	// 1–3. Balloon inflation takes 4Gi: physics first.
+	d := n.step(func(in *Input) { in.Physical.MemoryBytes = 12 * Gi })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	clamp := d.Actions[0].(ClampCgroups)
+	if clamp.Limits.MemoryMax != 12*Gi-768*Mi {
+		t.Fatalf("clamp memory.max %d", clamp.Limits.MemoryMax)
+	}
+	ev := d.Actions[2].(EmitEvent)
+	if ev.Type != EventWarning || ev.Reason != "EmergencyCapacityReduced" || !strings.Contains(ev.Message, "memory 16Gi → 12Gi") {
+		t.Fatalf("event %+v", ev)
+	}
+	// The clamp is persisted at once.
+	if d.Next.EmergencyTarget[ResourceMemory] != 12*Gi || d.Next.EmergencySpec == "" {
+		t.Fatalf("state %+v", d.Next)
+	}
+
+	// 4. Evictions done: EmergencyReduced.
+	d = n.settle()
+	n.expect(d, ReasonEmergencyReduced, KindPatchNodeStatus)
+	if d.Target[ResourceMemory] != 12*Gi || d.Target[ResourceCPU] != 4000 {
+		t.Fatalf("target %v", d.Target)
+	}
+
+	// The daemon restarts: the state comes back from its file.
+	b, err := json.Marshal(n.in.Previous)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored State
+	if err := json.Unmarshal(b, &restored); err != nil {
+		t.Fatal(err)
+	}
+	n.in.Previous = restored
+	n.expect(n.step(nil), ReasonEmergencyReduced)
+
+	// The hardware comes back: the oversized spec is still ignored.
+	d = n.step(func(in *Input) { in.Physical.MemoryBytes = 16 * Gi })
+	n.expect(d, ReasonEmergencyReduced)
+	if d.Target[ResourceMemory] != 12*Gi {
+		t.Fatalf("target memory %d while the spec is unchanged", d.Target[ResourceMemory])
+	}
+	// More loss while held is clamped again.
+	d = n.step(func(in *Input) { in.Physical.MemoryBytes = 10 * Gi })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	d = n.settle()
+	n.expect(d, ReasonEmergencyReduced, KindPatchNodeStatus)
+
+	// 5. The controller lowers the spec to the new reality: Accepted.
+	d = n.step(func(in *Input) { in.Configured = spec("cpu", "4", "memory", "10Gi") })
+	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	if d.Next.EmergencySpec != "" || d.Next.EmergencyTarget != nil {
+		t.Fatalf("emergency not cleared: %+v", d.Next)
+	}
+}
+
+func TestPathBResolvedByAnyNewSpecValue(t *testing.T) {
+	start := func() *node {
+		n := newNode(t, machine(4, 16*Gi), spec("memory", "16Gi"))
+		n.step(nil)
+		n.step(func(in *Input) { in.Physical.MemoryBytes = 12 * Gi })
+		n.expect(n.settle(), ReasonEmergencyReduced, KindPatchNodeStatus)
+		n.step(func(in *Input) { in.Physical.MemoryBytes = 16 * Gi }) // hardware back
+		return n
+	}
+	// Lowered, but above the clamp while the hardware is back: grows.
+	n := start()
+	d := n.step(func(in *Input) { in.Configured = spec("memory", "14Gi") })
+	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	if d.Target[ResourceMemory] != 14*Gi {
+		t.Fatalf("target %v", d.Target)
+	}
+	// Changed to another oversized value: a new request, held Infeasible at
+	// the clamp (spec first, Path A1).
+	n = start()
+	d = n.step(func(in *Input) { in.Configured = spec("memory", "20Gi") })
+	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	if d.Target[ResourceMemory] != 12*Gi {
+		t.Fatalf("target %v", d.Target)
+	}
+	// Removed altogether: follow the hardware again.
+	n = start()
+	d = n.step(func(in *Input) { in.Configured = Configured{} })
+	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+}
+
+// A loss of hardware that nothing configured is still clamped and evicted at
+// once with a Warning event, but there is no spec to diverge from: the
+// condition comes back to Accepted, or to the Infeasible hold it was in.
+func TestUnplannedLossWithoutConfiguredValue(t *testing.T) {
+	n := newNode(t, machine(8, 16*Gi), spec("cpu", "8"))
+	n.step(nil)
+	d := n.step(func(in *Input) { in.Physical.MemoryBytes = 8 * Gi })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(n.settle(), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	h := newNode(t, machine(4, 16*Gi), spec("cpu", "8")) // held Infeasible
+	h.expect(h.step(nil), ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	d = h.step(func(in *Input) { in.Physical.MemoryBytes = 8 * Gi })
+	h.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	h.expect(h.settle(), ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	// The hold keeps what the hardware forced and grows nothing back.
+	d = h.step(func(in *Input) { in.Physical.MemoryBytes = 16 * Gi })
+	h.expect(d, ReasonInfeasible)
+	if d.Target[ResourceMemory] != 8*Gi {
+		t.Fatalf("held target %v", d.Target)
+	}
+}
+
+// The kubelet only re-reads the machine when it restarts: after the change
+// has settled, it is restarted (rate limited) and the change is Accepted once
+// the Node is back Ready with the target.
+func TestKubeletRestart(t *testing.T) {
+	n := newNode(t, machine(4, 16*Gi), Configured{})
+	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: Resources{"cpu": 4000, "memory": 16 * Gi}}
+	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	// CPUs hot-added: kubepods grows, status advertises them, the kubelet
+	// must wait for the change to settle.
+	d := n.step(func(in *Input) { in.Physical.CPUs = 8 })
+	n.expect(d, ReasonInProgress, KindGrowCgroups, KindPatchNodeStatus)
+	if d.RequeueAfter != DefaultSettleDelay {
+		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
+	}
+	// Before the settle delay: nothing.
+	d = n.step(func(in *Input) { in.Now = t0.Add(10 * time.Second) })
+	n.expect(d, ReasonInProgress)
+	if d.RequeueAfter != 20*time.Second {
+		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
+	}
+	// Settled: restart.
+	d = n.step(func(in *Input) { in.Now = t0.Add(30 * time.Second) })
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	// The kubelet is down for a while.
+	d = n.step(func(in *Input) { in.Now = t0.Add(40 * time.Second); in.Kubelet.Ready = false })
+	n.expect(d, ReasonInProgress)
+	// It is back with the old view: still waiting (within the timeout).
+	d = n.step(func(in *Input) { in.Now = t0.Add(50 * time.Second); in.Kubelet.Ready = true })
+	n.expect(d, ReasonInProgress)
+	// It is back, Ready, with the new capacity: Accepted.
+	d = n.step(func(in *Input) {
+		in.Now = t0.Add(60 * time.Second)
+		in.Kubelet.Capacity = Resources{"cpu": 8000, "memory": 16*Gi + 4*Mi}
+	})
+	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	// Another change soon after: the restart is rate limited.
+	d = n.step(func(in *Input) { in.Now = t0.Add(2 * time.Minute); in.Physical.CPUs = 6 })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	d = n.settle()
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	if want := DefaultRestartInterval - (2*time.Minute - 30*time.Second); d.RequeueAfter != want {
+		t.Fatalf("RequeueAfter %v, want %v", d.RequeueAfter, want)
+	}
+	d = n.step(func(in *Input) { in.Now = t0.Add(30*time.Second + DefaultRestartInterval) })
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+
+	// The kubelet never comes back with the target: after the timeout the
+	// condition says so and the next restart waits for the rate limit.
+	d = n.step(func(in *Input) { in.Now = in.Now.Add(DefaultRestartTimeout) })
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	if d.RequeueAfter != DefaultRestartInterval-DefaultRestartTimeout {
+		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
+	}
+
+	// Restarts not allowed (e.g. the unit is inactive): Accepted, with a note.
+	d = n.step(func(in *Input) {
+		in.Kubelet.RestartAllowed = false
+		in.Kubelet.RestartBlocked = "kubelet.service is inactive"
+	})
+	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	if !strings.Contains(d.Condition.Message, "kubelet.service is inactive") {
+		t.Fatalf("message %q", d.Condition.Message)
+	}
+}

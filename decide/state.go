@@ -1,0 +1,105 @@
+package decide
+
+import "time"
+
+// ConditionType is the Node condition node-resized owns.
+const ConditionType = "CapacityConfigured"
+
+// ConditionStatus is the status of the CapacityConfigured condition.
+type ConditionStatus string
+
+// Condition statuses, as in the Node API.
+const (
+	StatusTrue  ConditionStatus = "True"
+	StatusFalse ConditionStatus = "False"
+)
+
+// Reason is the reason of the CapacityConfigured condition (KEP-3953).
+type Reason string
+
+// The four reasons of the CapacityConfigured condition.
+const (
+	// ReasonAccepted: the target is applied to cgroups and Node status;
+	// stable. Status True.
+	ReasonAccepted Reason = "Accepted"
+	// ReasonInProgress: a change is being applied (cgroups shrinking, pods
+	// being evicted, the kubelet being restarted). Status False.
+	ReasonInProgress Reason = "InProgress"
+	// ReasonInfeasible: the request exceeds physical capacity or is
+	// malformed; nothing of it is actuated. Status False.
+	ReasonInfeasible Reason = "Infeasible"
+	// ReasonEmergencyReduced: the hardware fell below the configured value;
+	// the clamped target is kept and the oversized spec ignored until it is
+	// changed. Status False.
+	ReasonEmergencyReduced Reason = "EmergencyReduced"
+)
+
+// Condition is the CapacityConfigured condition to publish. It is a plain
+// value, safe for concurrent reads.
+type Condition struct {
+	Status  ConditionStatus `json:"status,omitempty"`
+	Reason  Reason          `json:"reason,omitempty"`
+	Message string          `json:"message,omitempty"`
+	// LastTransitionTime is the Input.Now at which Status or Reason last
+	// changed.
+	LastTransitionTime time.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// Same reports whether c and o would publish the same condition (status,
+// reason and message; the transition time follows from those).
+func (c Condition) Same(o Condition) bool {
+	return c.Status == o.Status && c.Reason == o.Reason && c.Message == o.Message
+}
+
+// StateVersion is the version of the State layout that Decide writes.
+const StateVersion = 1
+
+// State is what Decide remembers between passes. The caller persists
+// Decision.Next (it is JSON-serialisable) once the decision's actions have
+// been handed to the actuators, and passes it back as Input.Previous; a daemon
+// restart therefore resumes where it stopped, an emergency clamp included.
+//
+// The zero State means "first pass". A State is a plain value: safe for
+// concurrent reads, not for concurrent writes.
+type State struct {
+	Version int `json:"version"`
+	// Condition is the condition last published.
+	Condition Condition `json:"condition"`
+	// Outcome is where the current spec value settles once any change in
+	// flight is done: Accepted, Infeasible or EmergencyReduced.
+	Outcome Reason `json:"outcome,omitempty"`
+	// Spec is Configured.Key() of the spec value the condition refers to.
+	Spec string `json:"spec"`
+	// Applied is the target currently enforced on the kubepods cgroup and
+	// published in Node status.
+	Applied Resources `json:"applied,omitempty"`
+	// Physical is the physical capacity the last pass used, memory held
+	// steady within the jitter tolerance.
+	Physical Resources `json:"physical,omitempty"`
+	// EmergencyTarget is the clamped target of the configured resources
+	// while EmergencyReduced, and EmergencySpec the spec value it overrides;
+	// both empty otherwise.
+	EmergencyTarget Resources `json:"emergencyTarget,omitempty"`
+	EmergencySpec   string    `json:"emergencySpec,omitempty"`
+	// Generation counts changes of Applied. Actions carry it; evictions are
+	// reported against it.
+	Generation int64 `json:"generation"`
+	// Evicting is true while the eviction for Generation is not reported done.
+	Evicting bool `json:"evicting,omitempty"`
+	// InProgress describes the shrink in flight while Evicting.
+	InProgress string `json:"inProgress,omitempty"`
+	// ChangedAt is when Applied last changed.
+	ChangedAt time.Time `json:"changedAt,omitempty"`
+	// RestartAt is when Decide last asked for a kubelet restart, and
+	// RestartPending is true until the kubelet is seen with the target (or
+	// Policy.RestartTimeout passes).
+	RestartAt      time.Time `json:"restartAt,omitempty"`
+	RestartPending bool      `json:"restartPending,omitempty"`
+}
+
+func (s State) clone() State {
+	s.Applied = s.Applied.Clone()
+	s.Physical = s.Physical.Clone()
+	s.EmergencyTarget = s.EmergencyTarget.Clone()
+	return s
+}

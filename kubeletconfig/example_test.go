@@ -1,0 +1,26 @@
+package kubeletconfig_test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kubeletconfig"
+)
+
+func ExampleLoad() {
+	c, err := kubeletconfig.Load("testdata/reserved.yaml", kubeletconfig.WithDropInDir("testdata/dropin"))
+	if errors.Is(err, fs.ErrNotExist) {
+		c = kubeletconfig.Default()
+	} else if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(c.CgroupDriver, c.Reservations.SystemReserved, c.Reservations.MemoryAvailable)
+	capacity := decide.Resources{"cpu": 4000, "memory": 16 << 30}
+	fmt.Println(decide.Allocatable(capacity, c.Reservations))
+	// Output:
+	// cgroupfs cpu=500m, ephemeral-storage=1073741824, memory=2Gi 5%
+	// cpu=3500m, memory=13636521152
+}
