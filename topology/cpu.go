@@ -48,7 +48,7 @@ func (fs FS) readCPUs(r *reader) (CPUs, error) {
 	}
 	for _, l := range lists {
 		p := r.at(fs.cpuDir, -1, l.name)
-		b, ok, err := r.readOptional(p)
+		b, ok, err := r.readOptional(cwd, p)
 		if err != nil {
 			return CPUs{}, err
 		}
@@ -79,10 +79,10 @@ func (fs FS) readCPUs(r *reader) (CPUs, error) {
 }
 
 // readNodeCPU reads the topology ids of CPU cpu through the node
-// directory, the path cAdvisor reads. ok is false when either file is
-// missing: an offline CPU has no topology directory, and cAdvisor skips
-// such a CPU.
-func (fs FS) readNodeCPU(r *reader, node, cpu int) (c CPU, ok bool, err error) {
+// directory (nodes is devices/system/node), the path cAdvisor reads. ok is
+// false when either file is missing: an offline CPU has no topology
+// directory, and cAdvisor skips such a CPU.
+func readNodeCPU(r *reader, nodes dir, node, cpu int) (c CPU, ok bool, err error) {
 	c.ID = cpu
 	for _, f := range [...]struct {
 		name string
@@ -91,8 +91,8 @@ func (fs FS) readNodeCPU(r *reader, node, cpu int) (c CPU, ok bool, err error) {
 		{"/topology/core_id", &c.CoreID},
 		{"/topology/physical_package_id", &c.SocketID},
 	} {
-		p := r.at2(fs.nodePrefix, node, "/cpu", cpu, f.name)
-		b, found, err := r.readOptional(p)
+		p := r.at2("node", node, "/cpu", cpu, f.name)
+		b, found, err := r.readOptional(nodes, p)
 		if err != nil {
 			return CPU{}, false, err
 		}
@@ -101,7 +101,7 @@ func (fs FS) readNodeCPU(r *reader, node, cpu int) (c CPU, ok bool, err error) {
 		}
 		v, valid := parseInt(b)
 		if !valid {
-			return CPU{}, false, fmt.Errorf("parse %s: bad id %q", p, trimSpace(b))
+			return CPU{}, false, fmt.Errorf("parse %s: bad id %q", nodes.join(p), trimSpace(b))
 		}
 		*f.dst = v
 	}

@@ -53,6 +53,20 @@ type fixBlock struct {
 
 type fixPool struct{ KB, Nr uint64 }
 
+// fixtureDir returns a fresh directory for a fixture tree, removed when
+// the test ends. It prefers a tmpfs (/dev/shm), which is in memory like
+// sysfs and an order of magnitude faster to fill and remove than a disk.
+func fixtureDir(tb testing.TB) string {
+	tb.Helper()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "topology-test-"); err == nil {
+			tb.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	return tb.TempDir()
+}
+
 // write builds the tree under root and returns the sysfs and procfs roots.
 func (f fixture) write(tb testing.TB, root string) (sys, proc string) {
 	tb.Helper()

@@ -25,7 +25,6 @@ type FS struct {
 	// Directories derived from sys, and the meminfo path (also with a
 	// trailing NUL for the allocation-free MemTotal).
 	cpuDir, nodeDir, memDir, hugeDir string
-	nodePrefix, memPrefix            string // nodeDir+"/node", memDir+"/memory"
 	meminfo, meminfoZ                string
 }
 
@@ -49,8 +48,6 @@ func NewFS(sysRoot, procRoot string) (FS, error) {
 		meminfo: filepath.Join(procRoot, "meminfo"),
 	}
 	f.meminfoZ = f.meminfo + "\x00"
-	f.nodePrefix = f.nodeDir + "/node"
-	f.memPrefix = f.memDir + "/memory"
 
 	if _, err := os.Stat(sysRoot); err != nil {
 		return FS{}, fmt.Errorf("sysfs root %s: %w", sysRoot, err)

@@ -13,16 +13,16 @@ type Hugepages struct {
 	Count    uint64 `json:"count"`
 }
 
-// readHugepages reads the pools under the directory a+id+b (id < 0 left
-// out): /sys/kernel/mm/hugepages for the node-wide pools, or
-// .../node/nodeN/hugepages for one node's. Each pool is a directory
+// readHugepages reads the pools under the directory a+id+b in d (id < 0
+// left out): /sys/kernel/mm/hugepages for the node-wide pools, or
+// nodeN/hugepages in the node directory for one node's. Each pool is a directory
 // hugepages-<size>kB with an nr_hugepages attribute. A missing directory
 // (no hugepage support, or a node without pools) is no pools, not an error.
 // The pools are sorted by page size.
-func (r *reader) readHugepages(a string, id int, b string) ([]Hugepages, error) {
+func (r *reader) readHugepages(d dir, a string, id int, b string) ([]Hugepages, error) {
 	var sizes [8]uint64 // x86 has two sizes, arm64 four, power two
 	kbs := sizes[:0]
-	err := r.scan(r.at(a, id, b), func(name []byte) {
+	err := r.scanIn(d, r.at(a, id, b), func(name []byte) {
 		if kb, ok := hugepageDirKB(name); ok {
 			kbs = append(kbs, kb)
 		}
@@ -44,7 +44,7 @@ func (r *reader) readHugepages(a string, id int, b string) ([]Hugepages, error) 
 		p = strconv.AppendUint(p, kb, 10)
 		p = append(p, "kB/nr_hugepages"...)
 		r.path = p
-		data, ok, err := r.readOptional(p)
+		data, ok, err := r.readOptional(d, p)
 		if err != nil {
 			return nil, err
 		}
@@ -53,7 +53,7 @@ func (r *reader) readHugepages(a string, id int, b string) ([]Hugepages, error) 
 		}
 		n, ok := parseUint(data, 10)
 		if !ok {
-			return nil, fmt.Errorf("parse %s: bad page count %q", p, trimSpace(data))
+			return nil, fmt.Errorf("parse %s: bad page count %q", d.join(p), trimSpace(data))
 		}
 		pools = append(pools, Hugepages{PageSize: kb * 1024, Count: n})
 	}

@@ -100,11 +100,11 @@ func meminfoKB(b []byte, key string) (kb uint64, found bool, err error) {
 		}
 		val := trimSpace(line[colon+1:])
 		if len(val) < 3 || string(val[len(val)-3:]) != " kB" {
-			return 0, false, fmt.Errorf("%s: value %q is not in kB", key, val)
+			return 0, false, fmt.Errorf("%s: value %q is not in kB", key, string(val))
 		}
 		v, ok := parseUint(val[:len(val)-3], 10)
 		if !ok {
-			return 0, false, fmt.Errorf("%s: bad value %q", key, val)
+			return 0, false, fmt.Errorf("%s: bad value %q", key, string(val))
 		}
 		return v, true, nil
 	}

@@ -43,28 +43,34 @@ type MemoryBlock struct {
 // block; haveNodes says whether node directories exist (without them the
 // kernel makes no links at all, so none are looked for).
 func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, []MemoryBlock, error) {
+	d, err := openDir(fs.memDir)
+	if err != nil {
+		if isNotExist(err) {
+			return 0, nil, nil
+		}
+		return 0, nil, err
+	}
+	defer d.close()
+
 	var blockSize uint64
-	p := r.at(fs.memDir, -1, "/block_size_bytes")
-	if b, ok, err := r.readOptional(p); err != nil {
+	p := r.at("block_size_bytes", -1, "")
+	if b, ok, err := r.readOptional(d, p); err != nil {
 		return 0, nil, err
 	} else if ok {
 		v, valid := parseUint(b, 16)
 		if !valid {
-			return 0, nil, fmt.Errorf("parse %s: bad hex size %q", p, trimSpace(b))
+			return 0, nil, fmt.Errorf("parse %s: bad hex size %q", d.join(p), trimSpace(b))
 		}
 		blockSize = v
 	}
 
 	var ids []int
-	err := r.scan(r.at(fs.memDir, -1, ""), func(name []byte) {
+	err = r.scanIn(d, r.at(".", -1, ""), func(name []byte) {
 		if id, ok := numberedName(name, "memory"); ok {
 			ids = append(ids, id)
 		}
 	})
 	if err != nil {
-		if isNotExist(err) {
-			return blockSize, nil, nil
-		}
 		return 0, nil, err
 	}
 	slices.Sort(ids)
@@ -74,8 +80,7 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 	for _, id := range ids {
 		blk := MemoryBlock{ID: id, Node: -1}
 
-		p := r.at(fs.memPrefix, id, "/state")
-		b, ok, err := r.readOptional(p)
+		b, ok, err := r.readOptional(d, r.at("memory", id, "/state"))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -84,13 +89,13 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 		}
 		blk.State = internWord(trimSpace(b))
 
-		if b, ok, err = r.readOptional(r.at(fs.memPrefix, id, "/valid_zones")); err != nil {
+		if b, ok, err = r.readOptional(d, r.at("memory", id, "/valid_zones")); err != nil {
 			return 0, nil, err
 		} else if ok {
 			blk.Zone = internWord(firstWord(b))
 		}
 
-		if b, ok, err = r.readOptional(r.at(fs.memPrefix, id, "/removable")); err != nil {
+		if b, ok, err = r.readOptional(d, r.at("memory", id, "/removable")); err != nil {
 			return 0, nil, err
 		} else if ok {
 			blk.Removable = string(trimSpace(b)) == "1"
@@ -103,7 +108,7 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 			blk.Node = links[li].node
 		} else if haveNodes {
 			// Not linked from any node directory: look for memoryM/nodeN.
-			if blk.Node, err = fs.blockNode(r, id); err != nil {
+			if blk.Node, err = blockNode(r, d, id); err != nil {
 				return 0, nil, err
 			}
 		}
@@ -113,9 +118,9 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 }
 
 // blockNode finds the nodeN link in memoryM, -1 if there is none.
-func (fs FS) blockNode(r *reader, id int) (int, error) {
+func blockNode(r *reader, mem dir, id int) (int, error) {
 	node := -1
-	err := r.scan(r.at(fs.memPrefix, id, ""), func(name []byte) {
+	err := r.scanIn(mem, r.at("memory", id, ""), func(name []byte) {
 		if n, ok := numberedName(name, "node"); ok && node < 0 {
 			node = n
 		}

@@ -30,16 +30,21 @@ type blockLink struct{ block, node int }
 // kernel without NUMA) is not an error: nodes is nil. It also returns the
 // memory block links it saw, sorted by block.
 func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
+	d, err := openDir(fs.nodeDir)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, err
+	}
+	defer d.close()
 	var ids []int
-	err := r.scan(r.at(fs.nodeDir, -1, ""), func(name []byte) {
+	err = r.scanIn(d, r.at(".", -1, ""), func(name []byte) {
 		if id, ok := numberedName(name, "node"); ok {
 			ids = append(ids, id)
 		}
 	})
 	if err != nil {
-		if isNotExist(err) {
-			return nil, nil, nil
-		}
 		return nil, nil, err
 	}
 	if len(ids) == 0 {
@@ -52,7 +57,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	var cpus []int // scratch, reused for every node
 	for _, id := range ids {
 		cpus = cpus[:0]
-		err := r.scan(r.at(fs.nodePrefix, id, ""), func(name []byte) {
+		err := r.scanIn(d, r.at("node", id, ""), func(name []byte) {
 			if c, ok := numberedName(name, "cpu"); ok {
 				cpus = append(cpus, c)
 			} else if b, ok := numberedName(name, "memory"); ok {
@@ -81,7 +86,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 			if !online.Contains(c) {
 				continue
 			}
-			cpu, ok, err := fs.readNodeCPU(r, id, c)
+			cpu, ok, err := readNodeCPU(r, d, id, c)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -90,25 +95,25 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 			}
 		}
 
-		p := r.at(fs.nodePrefix, id, "/meminfo")
-		if b, ok, err := r.readOptional(p); err != nil {
+		p := r.at("node", id, "/meminfo")
+		if b, ok, err := r.readOptional(d, p); err != nil {
 			return nil, nil, err
 		} else if ok {
 			if n.MemTotal, err = parseNodeMemTotal(b); err != nil {
-				return nil, nil, fmt.Errorf("parse %s: %w", p, err)
+				return nil, nil, fmt.Errorf("parse %s: %w", d.join(p), err)
 			}
 		}
 
-		if n.Hugepages, err = r.readHugepages(fs.nodePrefix, id, "/hugepages"); err != nil {
+		if n.Hugepages, err = r.readHugepages(d, "node", id, "/hugepages"); err != nil {
 			return nil, nil, err
 		}
 
-		p = r.at(fs.nodePrefix, id, "/distance")
-		if b, ok, err := r.readOptional(p); err != nil {
+		p = r.at("node", id, "/distance")
+		if b, ok, err := r.readOptional(d, p); err != nil {
 			return nil, nil, err
 		} else if ok {
 			if n.Distances, err = parseDistances(b); err != nil {
-				return nil, nil, fmt.Errorf("parse %s: %w", p, err)
+				return nil, nil, fmt.Errorf("parse %s: %w", d.join(p), err)
 			}
 		}
 		nodes = append(nodes, n)

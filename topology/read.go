@@ -32,6 +32,28 @@ var readerPool = sync.Pool{
 	},
 }
 
+// dir is a directory that paths are resolved from: an open directory on
+// Linux, or just its path elsewhere.
+type dir struct {
+	fd   int
+	path string // "" for the working directory (cwd)
+}
+
+// join names path under d, for error messages.
+func (d dir) join(path []byte) string {
+	if d.path == "" {
+		return string(path)
+	}
+	return d.path + "/" + string(path)
+}
+
+// read reads the file at path (absolute, or relative to the working
+// directory); see readIn.
+func (r *reader) read(path []byte) ([]byte, error) { return r.readIn(cwd, path) }
+
+// scan lists the directory at path; see scanIn.
+func (r *reader) scan(path []byte, fn func(name []byte)) error { return r.scanIn(cwd, path, fn) }
+
 func getReader() *reader  { return readerPool.Get().(*reader) }
 func putReader(r *reader) { readerPool.Put(r) }
 
@@ -56,10 +78,10 @@ func (r *reader) at2(a string, id1 int, b string, id2 int, c string) []byte {
 	return p
 }
 
-// readOptional is read with a missing file reported as ok == false
+// readOptional is readIn with a missing file reported as ok == false
 // instead of an error.
-func (r *reader) readOptional(path []byte) (b []byte, ok bool, err error) {
-	b, err = r.read(path)
+func (r *reader) readOptional(d dir, path []byte) (b []byte, ok bool, err error) {
+	b, err = r.readIn(d, path)
 	if err != nil {
 		if isNotExist(err) {
 			return nil, false, nil

@@ -13,8 +13,24 @@ import (
 // The daemon runs on Linux; this portable fallback only keeps the package
 // building (and its fixture tests running) elsewhere.
 
-func (r *reader) read(path []byte) ([]byte, error) {
-	f, err := os.Open(string(path))
+var cwd = dir{fd: -1}
+
+func openDir(path string) (dir, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return dir{fd: -1}, fmt.Errorf("open directory %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return dir{fd: -1}, fmt.Errorf("open directory %s: not a directory", path)
+	}
+	return dir{fd: -1, path: path}, nil
+}
+
+func (d dir) close() {}
+
+func (r *reader) readIn(d dir, rel []byte) ([]byte, error) {
+	path := d.join(rel)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -30,8 +46,9 @@ func (r *reader) read(path []byte) ([]byte, error) {
 	return b, nil
 }
 
-func (r *reader) scan(path []byte, fn func(name []byte)) error {
-	entries, err := os.ReadDir(string(path))
+func (r *reader) scanIn(d dir, rel []byte, fn func(name []byte)) error {
+	path := d.join(rel)
+	entries, err := os.ReadDir(path)
 	if err != nil {
 		return fmt.Errorf("read directory %s: %w", path, err)
 	}

@@ -66,7 +66,7 @@ func (fs FS) Snapshot() (*Snapshot, error) {
 	if s.MemTotal, s.SwapTotal, err = parseMeminfo(b); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", fs.meminfo, err)
 	}
-	if s.Hugepages, err = r.readHugepages(fs.hugeDir, -1, ""); err != nil {
+	if s.Hugepages, err = r.readHugepages(cwd, fs.hugeDir, -1, ""); err != nil {
 		return nil, err
 	}
 	if s.EphemeralStorage, err = fs.ephemeralStorage(); err != nil {

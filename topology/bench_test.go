@@ -1,0 +1,195 @@
+//go:build linux
+
+package topology
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/google/cadvisor/lib/machine"
+	"github.com/google/cadvisor/lib/utils/sysfs"
+	"github.com/google/cadvisor/lib/utils/sysinfo"
+)
+
+// The 1024-CPU tree takes seconds to write, so the tests and benchmarks
+// of one run share it; TestMain removes it.
+var big struct {
+	once      sync.Once
+	dir       string
+	sys, proc string
+	err       error
+}
+
+// shared1024 returns the roots of the machine1024 tree, writing it on
+// first use.
+func shared1024(tb testing.TB) (sys, proc string) {
+	tb.Helper()
+	big.once.Do(func() {
+		// Stays set if the write below stops the test half way.
+		big.err = errors.New("the tree was not written completely")
+		parent := ""
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			parent = "/dev/shm"
+		}
+		dir, err := os.MkdirTemp(parent, "topology-1024-")
+		if err != nil {
+			big.err = err
+			return
+		}
+		big.dir = dir
+		big.sys, big.proc = machine1024().write(tb, dir)
+		big.err = nil
+	})
+	if big.err != nil {
+		tb.Fatalf("write the 1024-CPU tree: %v", big.err)
+	}
+	return big.sys, big.proc
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if big.dir != "" {
+		os.RemoveAll(big.dir)
+	}
+	os.Exit(code)
+}
+
+// BenchmarkRebuild1024 is the full rebuild after a hotplug event on a
+// machine with 1024 CPUs in 16 NUMA nodes and 4096 memory blocks.
+func BenchmarkRebuild1024(b *testing.B) {
+	sys, proc := shared1024(b)
+	fsys, err := NewFS(sys, proc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := fsys.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c := s.Capacity(); c.CPU != 1008 {
+			b.Fatalf("cpu %d", c.CPU)
+		}
+	}
+}
+
+// BenchmarkCAdvisor1024 is what cAdvisor does for the kubelet's capacity on
+// the same tree: GetNodesInfo, GetHugePagesInfo and the memory capacity.
+// "adapter" goes through rootSysFs (no cache information); "realsysfs" is
+// cAdvisor's unmodified SysFs in a mount namespace (it also reads every
+// CPU's cache attributes, as on a real node).
+func BenchmarkCAdvisor1024(b *testing.B) {
+	sys, proc := shared1024(b)
+	run := func(b *testing.B, fs sysfs.SysFs) {
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			_, n, err := sysinfo.GetNodesInfo(fs)
+			if err != nil || n != 1008 {
+				b.Fatalf("GetNodesInfo: %d cores, %v", n, err)
+			}
+			if _, err := sysinfo.GetHugePagesInfo(fs, "/sys/kernel/mm/hugepages/"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := machine.GetMachineMemoryCapacity(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("adapter", func(b *testing.B) {
+		// In a namespace when possible, so that the memory capacity too
+		// reads the tree's meminfo; the cost is the same either way.
+		err := inMountNamespace("", proc, func() { run(b, rootSysFs{root: sys}) })
+		if errors.Is(err, errNoNamespace) {
+			run(b, rootSysFs{root: sys})
+		} else if err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("realsysfs", func(b *testing.B) {
+		err := inMountNamespace(sys, proc, func() { run(b, sysfs.NewRealSysFs()) })
+		if errors.Is(err, errNoNamespace) {
+			b.Skip(err)
+		} else if err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkRebuildReal and BenchmarkCAdvisorReal compare the two on this
+// machine's own /sys and /proc.
+func BenchmarkRebuildReal(b *testing.B) {
+	fsys, err := NewFS("/sys", "/proc")
+	if err != nil {
+		b.Skip(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := fsys.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Capacity()
+	}
+}
+
+func BenchmarkCAdvisorReal(b *testing.B) {
+	fs := sysfs.NewRealSysFs()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := sysinfo.GetNodesInfo(fs); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := sysinfo.GetHugePagesInfo(fs, "/sys/kernel/mm/hugepages/"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := machine.GetMachineMemoryCapacity(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemTotal is the once-a-second MemTotal watch; it must not
+// allocate.
+func BenchmarkMemTotal(b *testing.B) {
+	fsys, err := NewFS("/sys", "/proc")
+	if err != nil {
+		b.Skip(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fsys.MemTotal(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemTotalCAdvisor is cAdvisor's way, for comparison.
+func BenchmarkMemTotalCAdvisor(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := machine.GetMachineMemoryCapacity(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestMemTotalDoesNotAllocate(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("coverage and race instrumentation allocate")
+	}
+	fsys, err := NewFS("/sys", "/proc")
+	if err != nil {
+		t.Skip(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := fsys.MemTotal(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("MemTotal allocates %.1f times per call", n)
+	}
+}

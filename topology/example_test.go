@@ -1,0 +1,60 @@
+package topology_test
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/node-resized/node-resized/topology"
+)
+
+// Read the machine and compute the capacity the kubelet would report.
+func Example() {
+	fs, err := topology.NewFS("/sys", "/proc")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fs = fs.WithKubeletRootDir("/var/lib/kubelet")
+
+	snap, err := fs.Snapshot()
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := snap.Capacity()
+	fmt.Printf("online cpus %s, %d NUMA nodes, %d memory blocks\n",
+		snap.CPUs.Online, len(snap.Nodes), len(snap.MemoryBlocks))
+	fmt.Printf("capacity: cpu %d, memory %d bytes, hugepages %v, ephemeral-storage %d bytes\n",
+		c.CPU, c.Memory, c.Hugepages, c.EphemeralStorage)
+	for _, n := range c.Nodes {
+		fmt.Printf("node%d: cpu %d, memory %d bytes\n", n.ID, n.CPU, n.Memory)
+	}
+}
+
+// Compare two snapshots after a hotplug event.
+func ExampleDiff() {
+	before := &topology.Snapshot{
+		CPUs:     topology.CPUs{Online: topology.CPUSet{0, 1, 2, 3}, Present: topology.CPUSet{0, 1, 2, 3}},
+		MemTotal: 24 << 30,
+	}
+	after := &topology.Snapshot{
+		CPUs:     topology.CPUs{Online: topology.CPUSet{0, 2, 3}, Present: topology.CPUSet{0, 1, 2, 3}},
+		MemTotal: 24<<30 - 128<<20,
+	}
+	changes := topology.Diff(before, after)
+	for _, c := range changes {
+		fmt.Println(c.Kind)
+	}
+	fmt.Println(changes)
+	// Output:
+	// cpu_offline
+	// memtotal
+	// cpu1 offline; MemTotal 24.0GiB -> 23.9GiB (-128.0MiB)
+}
+
+func ExampleParseCPUSet() {
+	set, err := topology.ParseCPUSet("0-3,8\n")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(set.Len(), set.Contains(8), set.Difference(topology.CPUSet{1, 2}))
+	// Output: 5 true 0,3,8
+}

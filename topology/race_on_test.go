@@ -1,0 +1,6 @@
+//go:build race
+
+package topology
+
+// raceEnabled: the race detector's instrumentation allocates.
+const raceEnabled = true
