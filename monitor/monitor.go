@@ -26,7 +26,12 @@ type Source interface {
 
 // Machine reads the machine model. topology.FS satisfies it.
 type Machine interface {
+	// Snapshot reads the whole model.
 	Snapshot() (*topology.Snapshot, error)
+	// SnapshotCPUs reads the whole model but the memory blocks, which it
+	// takes from prev; used for batches of cpu-subsystem events only.
+	SnapshotCPUs(prev *topology.Snapshot) (*topology.Snapshot, error)
+	// MemTotal reads /proc/meminfo MemTotal only.
 	MemTotal() (uint64, error)
 }
 
@@ -214,6 +219,9 @@ type batch struct {
 	immediate bool // a resync: run without waiting for a quiet window
 	waiters   []chan resyncReply
 	retries   int
+	// full says the rebuild must read everything; a batch of cpu events
+	// alone leaves the memory blocks unread.
+	full bool
 }
 
 func (b *batch) addTrigger(t Trigger) {
@@ -284,6 +292,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 	arrive := func(t Trigger, at time.Time) {
 		b := get()
 		b.addTrigger(t)
+		if t != TriggerUevent {
+			b.full = true
+		}
 		if b.first.IsZero() {
 			b.first = at
 		}
@@ -299,6 +310,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	now := func(t Trigger) {
 		b := get()
 		b.addTrigger(t)
+		b.full = true
 		b.immediate = true
 		b.deadline = time.Now()
 	}
@@ -321,6 +333,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 			arrive(TriggerUevent, it.ev.Received)
 			b := pending
 			b.events++
+			if it.ev.Subsystem != "cpu" {
+				b.full = true
+			}
 			if it.ev.Seqnum != 0 {
 				b.seqnums.Add(it.ev.Seqnum)
 			}
@@ -434,8 +449,17 @@ const maxRetries = 3
 // rebuild re-reads the machine and installs the new model when it differs.
 // It returns a batch to retry when the read failed.
 func (m *Monitor) rebuild(b *batch) *batch {
+	m.mu.RLock()
+	old := m.snap
+	m.mu.RUnlock()
 	start := time.Now()
-	snap, err := m.machine.Snapshot()
+	var snap *topology.Snapshot
+	var err error
+	if b.full {
+		snap, err = m.machine.Snapshot()
+	} else {
+		snap, err = m.machine.SnapshotCPUs(old)
+	}
 	took := time.Since(start)
 	m.cfg.Metrics.RebuildDuration.Observe(took.Seconds())
 	trigger := string(b.triggers[0])
@@ -462,9 +486,6 @@ func (m *Monitor) rebuild(b *batch) *batch {
 		}
 		return nil
 	}
-	m.mu.RLock()
-	old := m.snap
-	m.mu.RUnlock()
 	diff := topology.Diff(old, snap)
 	if len(diff) == 0 {
 		m.cfg.Metrics.Rebuilds.WithLabelValues(trigger, "unchanged").Inc()

@@ -22,6 +22,7 @@ type fakeMachine struct {
 	online    topology.CPUSet
 	memTotal  uint64
 	snapshots int
+	cpuOnly   int // SnapshotCPUs calls
 	fail      int // the next fail Snapshot calls return an error
 }
 
@@ -42,6 +43,13 @@ func (f *fakeMachine) Snapshot() (*topology.Snapshot, error) {
 		Nodes:    []topology.Node{node},
 		MemTotal: f.memTotal,
 	}, nil
+}
+
+func (f *fakeMachine) SnapshotCPUs(prev *topology.Snapshot) (*topology.Snapshot, error) {
+	f.mu.Lock()
+	f.cpuOnly++
+	f.mu.Unlock()
+	return f.Snapshot()
 }
 
 func (f *fakeMachine) MemTotal() (uint64, error) {
@@ -448,5 +456,27 @@ func TestSeqnumsJSONRoundTrip(t *testing.T) {
 	}
 	if !big.Truncated || len(big.Ranges) != maxSeqRanges {
 		t.Errorf("unbounded seqnums: %d ranges, truncated %v", len(big.Ranges), big.Truncated)
+	}
+}
+
+func TestCPUBatchLeavesMemoryBlocksUnread(t *testing.T) {
+	h := start(t, Config{MemPoll: -1, Resync: -1})
+	h.machine.set(topology.CPUSet{0}, 4<<30)
+	h.src.inject("cpu", uevent.ActionOffline, 1)
+	h.next()
+	h.machine.mu.Lock()
+	cpuOnly := h.machine.cpuOnly
+	h.machine.mu.Unlock()
+	if cpuOnly != 1 {
+		t.Errorf("a cpu-only batch made %d SnapshotCPUs calls, want 1", cpuOnly)
+	}
+	h.machine.set(topology.CPUSet{0}, 3<<30)
+	h.src.inject("memory", uevent.ActionOffline, 2)
+	h.next()
+	h.machine.mu.Lock()
+	cpuOnly = h.machine.cpuOnly
+	h.machine.mu.Unlock()
+	if cpuOnly != 1 {
+		t.Errorf("a memory event was rebuilt without its memory blocks (%d SnapshotCPUs calls)", cpuOnly)
 	}
 }

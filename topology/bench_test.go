@@ -76,6 +76,30 @@ func BenchmarkRebuild1024(b *testing.B) {
 	}
 }
 
+// BenchmarkRebuildCPUs1024 is the rebuild after a batch of CPU events on
+// the same machine: everything but the memory blocks is read.
+func BenchmarkRebuildCPUs1024(b *testing.B) {
+	sys, proc := shared1024(b)
+	fsys, err := NewFS(sys, proc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prev, err := fsys.Snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := fsys.SnapshotCPUs(prev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c := s.Capacity(); c.CPU != 1008 {
+			b.Fatalf("cpu %d", c.CPU)
+		}
+	}
+}
+
 // BenchmarkCAdvisor1024 is what cAdvisor does for the kubelet's capacity on
 // the same tree: GetNodesInfo, GetHugePagesInfo and the memory capacity.
 // "adapter" goes through rootSysFs (no cache information); "realsysfs" is

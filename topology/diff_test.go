@@ -32,7 +32,7 @@ func baseSnapshot() *Snapshot {
 		if id >= 48 {
 			zone = "Movable"
 		}
-		s.MemoryBlocks = append(s.MemoryBlocks, MemoryBlock{ID: id, State: BlockOnline, Zone: zone, Node: id / 32, Removable: true})
+		s.MemoryBlocks = append(s.MemoryBlocks, MemoryBlock{ID: id, State: BlockOnline, Zone: zone, Node: id / 32})
 	}
 	return s
 }

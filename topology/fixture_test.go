@@ -44,11 +44,11 @@ type fixNode struct {
 }
 
 type fixBlock struct {
-	ID        int
-	State     string
-	Zones     string // valid_zones; "": no such file
-	Node      int    // -1: no link
-	Removable bool
+	ID    int
+	State string
+	Zones string // valid_zones; "": no such file
+	Node  int    // -1: no link
+
 }
 
 type fixPool struct{ KB, Nr uint64 }
@@ -256,7 +256,7 @@ func (f fixture) write(tb testing.TB, root string) (sys, proc string) {
 		for _, b := range f.Blocks {
 			dir := fmt.Sprintf("%s/memory%d", memDir, b.ID)
 			w(dir+"/state", b.State+"\n")
-			w(dir+"/removable", map[bool]string{true: "1\n", false: "0\n"}[b.Removable])
+			w(dir+"/removable", "1\n") // constant since Linux 5.8; not read
 			extra(dir+"/online", map[bool]string{true: "1\n", false: "0\n"}[b.State == BlockOnline])
 			extra(dir+"/phys_index", fmt.Sprintf("%08x\n", b.ID))
 			extra(dir+"/phys_device", "0\n")
@@ -398,7 +398,7 @@ func smtCPUs(first, n, socket, core0 int, offline ...int) []fixCPU {
 func blocks(first, count int, state, zones string, node int) []fixBlock {
 	bs := make([]fixBlock, count)
 	for i := range bs {
-		bs[i] = fixBlock{ID: first + i, State: state, Zones: zones, Node: node, Removable: true}
+		bs[i] = fixBlock{ID: first + i, State: state, Zones: zones, Node: node}
 	}
 	return bs
 }

@@ -31,10 +31,6 @@ type MemoryBlock struct {
 	// Node is the NUMA node the block belongs to, from the nodeN/memoryM
 	// link (or the memoryM/nodeN link); -1 when unknown.
 	Node int `json:"node"`
-	// Removable is memoryN/removable. Since Linux 5.8 the kernel writes 1
-	// for every block when it supports memory hot-remove; only older
-	// kernels judge each block.
-	Removable bool `json:"removable"`
 }
 
 // readMemory reads the memory block size and every memoryN block. No
@@ -93,12 +89,6 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 			return 0, nil, err
 		} else if ok {
 			blk.Zone = internWord(firstWord(b))
-		}
-
-		if b, ok, err = r.readOptional(d, r.at("memory", id, "/removable")); err != nil {
-			return 0, nil, err
-		} else if ok {
-			blk.Removable = string(trimSpace(b)) == "1"
 		}
 
 		for li < len(links) && links[li].block < id {

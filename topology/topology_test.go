@@ -70,10 +70,10 @@ func TestSnapshotOfflineCPUs(t *testing.T) {
 		t.Fatalf("block size %d, %d blocks; want 128MiB, 64", s.MemoryBlockSize, len(s.MemoryBlocks))
 	}
 	for _, c := range []MemoryBlock{
-		{ID: 0, State: "online", Zone: "DMA32", Node: 0, Removable: true},
-		{ID: 31, State: "online", Zone: "Normal", Node: 0, Removable: true},
-		{ID: 32, State: "online", Zone: "Normal", Node: 1, Removable: true},
-		{ID: 60, State: "offline", Zone: "Normal", Node: 1, Removable: true},
+		{ID: 0, State: "online", Zone: "DMA32", Node: 0},
+		{ID: 31, State: "online", Zone: "Normal", Node: 0},
+		{ID: 32, State: "online", Zone: "Normal", Node: 1},
+		{ID: 60, State: "offline", Zone: "Normal", Node: 1},
 	} {
 		if got := s.MemoryBlocks[c.ID]; got != c {
 			t.Errorf("block %d = %+v, want %+v", c.ID, got, c)
@@ -292,7 +292,7 @@ func TestSnapshotJSON(t *testing.T) {
 	for _, want := range []string{
 		`"cpus":{"online":"0-7","offline":"","present":"0-7","possible":"0-7","devices":"0-7"}`,
 		`"memoryBlockSizeBytes":134217728`,
-		`{"id":0,"state":"online","zone":"Normal","node":0,"removable":true}`,
+		`{"id":0,"state":"online","zone":"Normal","node":0}`,
 		`"hugepages":[{"pageSizeBytes":2097152,"count":768},{"pageSizeBytes":1073741824,"count":2}]`,
 		`{"id":5,"coreId":2,"socketId":0}`,
 		`"memTotalBytes":17100800000`,
@@ -406,4 +406,52 @@ func procMemTotal(t testing.TB) uint64 {
 	}
 	t.Fatal("no MemTotal in /proc/meminfo")
 	return 0
+}
+
+func TestSnapshotCPUsReusesOnlyMemoryBlocks(t *testing.T) {
+	f := fixture{
+		CPUs:      smtCPUs(0, 4, 0, 0),
+		Nodes:     []fixNode{{ID: 0, CPUs: []int{0, 1, 2, 3}, MemKB: 1 << 20}},
+		BlockSize: 128 << 20,
+		Blocks:    blocks(0, 8, "online", "Normal", 0),
+		MemKB:     1 << 20,
+	}
+	sys, proc := f.write(t, fixtureDir(t))
+	fsys, err := NewFS(sys, proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cpu3 goes offline and block 7 too; only the CPU part is re-read.
+	write := func(path, v string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(sys, path), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("devices/system/cpu/online", "0-2\n")
+	write("devices/system/memory/memory7/state", "offline\n")
+	got, err := fsys.SnapshotCPUs(prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CPUs.Online.String() != "0-2" || got.Capacity().CPU != 3 {
+		t.Errorf("SnapshotCPUs: online %s cpu %d, want 0-2 and 3", got.CPUs.Online, got.Capacity().CPU)
+	}
+	if got.MemoryBlocks[7].State != BlockOnline {
+		t.Errorf("SnapshotCPUs re-read memory block 7: %s", got.MemoryBlocks[7].State)
+	}
+	full, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.MemoryBlocks[7].State != BlockOffline {
+		t.Errorf("Snapshot: block 7 %s, want offline", full.MemoryBlocks[7].State)
+	}
+	if d := Diff(got, full); len(d) != 1 || d[0].Kind != ChangeMemoryBlockOffline {
+		t.Errorf("Diff(SnapshotCPUs, Snapshot) = %v, want only the block change", d)
+	}
 }
