@@ -20,6 +20,8 @@ type Info struct {
 	Version  string
 	Hostname string
 	Mode     string
+	// Kubernetes, when set, reports the relay's view in /v1/status.
+	Kubernetes func() *KubernetesStatus
 }
 
 // Server serves the local API over a monitor. It is safe for concurrent use.
@@ -124,6 +126,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st.Stats = s.mon.Stats()
 	if c, ok := s.mon.LastChange(); ok {
 		st.LastChange = &c
+	}
+	if s.info.Kubernetes != nil {
+		st.Kubernetes = s.info.Kubernetes()
 	}
 	writeJSON(w, http.StatusOK, st)
 }

@@ -46,6 +46,34 @@ type Status struct {
 	NUMANodes  []NUMANodeStatus `json:"numaNodes"`
 	LastChange *monitor.Change  `json:"lastChange,omitempty"`
 	Stats      monitor.Stats    `json:"stats"`
+	// Kubernetes is the relay's view; absent in standalone mode.
+	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
+}
+
+// KubernetesStatus is what the daemon decided and published for its Node.
+type KubernetesStatus struct {
+	NodeName string `json:"nodeName"`
+	// Configured is the configured capacity as written, and
+	// ConfiguredSource where it was read (spec.configuredCapacity or the
+	// annotation); empty when none is set.
+	Configured       map[string]string `json:"configured,omitempty"`
+	ConfiguredSource string            `json:"configuredSource,omitempty"`
+	Target           ResourceList      `json:"target,omitempty"`
+	Allocatable      ResourceList      `json:"allocatable,omitempty"`
+	Condition        Condition         `json:"condition"`
+	Error            string            `json:"error,omitempty"`
+	Patches          uint64            `json:"patches"`
+	LastPatch        time.Time         `json:"lastPatch,omitempty"`
+	PatchError       string            `json:"patchError,omitempty"`
+	PatchPending     bool              `json:"patchPending"`
+}
+
+// Condition is the CapacityConfigured condition.
+type Condition struct {
+	Status             string    `json:"status"`
+	Reason             string    `json:"reason"`
+	Message            string    `json:"message,omitempty"`
+	LastTransitionTime time.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // MemoryStatus summarises the node's memory.

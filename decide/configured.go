@@ -19,6 +19,10 @@ type Configured struct {
 	Present bool `json:"present"`
 	// Raw maps resource names to quantities exactly as written.
 	Raw map[string]string `json:"raw,omitempty"`
+	// Invalid, when not empty, says why the value is not a ResourceList at
+	// all (an annotation that is not a JSON object of strings). The whole
+	// request is then malformed, hence Infeasible.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // Key returns a canonical string for the request, used to recognise the same
@@ -28,6 +32,10 @@ type Configured struct {
 func (c Configured) Key() string {
 	if !c.Present {
 		return ""
+	}
+	if c.Invalid != "" {
+		b, _ := json.Marshal(map[string]string{"invalid": c.Invalid})
+		return string(b)
 	}
 	m := make(map[string]string)
 	for k, v := range c.Raw {
@@ -101,6 +109,10 @@ func (e evaluation) problems(phys Resources) string {
 func evaluate(c Configured, phys Resources, swapActive bool, r Reservations) evaluation {
 	e := evaluation{key: c.Key(), present: c.Present, values: Resources{}}
 	if !c.Present {
+		return e
+	}
+	if c.Invalid != "" {
+		e.malformed = append(e.malformed, c.Invalid)
 		return e
 	}
 	names := make([]string, 0, len(c.Raw))

@@ -51,6 +51,10 @@ func TestValidationRules(t *testing.T) {
 			reason: ReasonInfeasible, target: Resources{"memory": 16 * Gi}, err: true, msg: "must be positive",
 		},
 		{
+			name: "not a ResourceList at all is malformed", phys: hw, conf: Configured{Present: true, Invalid: "annotation is not a JSON object"},
+			reason: ReasonInfeasible, target: Resources{"cpu": 4000}, err: true, msg: "not a JSON object",
+		},
+		{
 			name: "unparsable is malformed", phys: hw, conf: spec("cpu", "2", "memory", "lots"),
 			reason: ReasonInfeasible, target: Resources{"cpu": 4000}, err: true, msg: "is not a quantity",
 		},

@@ -46,6 +46,16 @@ type Metrics struct {
 	NUMACapacity *prometheus.GaugeVec
 	// ModelChanges counts model changes by kind of change.
 	ModelChanges *prometheus.CounterVec
+
+	// ResizeRequests counts changes of the published capacity by resource
+	// and direction (up, down).
+	ResizeRequests *prometheus.CounterVec
+	// ResizeErrors counts failures by subsystem (api_patch, api_watch,
+	// event, state_file, cgroup_update, ...).
+	ResizeErrors *prometheus.CounterVec
+	// PatchLatency observes the time from the first uevent of a hardware
+	// change to the API server acknowledging the Node status patch.
+	PatchLatency prometheus.Histogram
 }
 
 // New creates the metrics and registers them, with the Go runtime and
@@ -95,12 +105,29 @@ func New() *Metrics {
 			Name:      "model_changes_total",
 			Help:      "Changes of the machine model, by kind (cpu_online, memory_block_offline, memtotal, ...).",
 		}, []string{"kind"}),
+		ResizeRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "resize_requests_total",
+			Help:      "Changes of the capacity node-resized publishes and enforces, by resource and direction (up, down).",
+		}, []string{"resource", "direction"}),
+		ResizeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "resize_errors_total",
+			Help:      "Failures while relaying or enforcing a capacity, by subsystem (api_patch, api_watch, event, state_file, cgroup_update).",
+		}, []string{"subsystem"}),
+		PatchLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "patch_latency_seconds",
+			Help:      "Time from the first uevent of a hardware change to the API server acknowledging the Node status patch.",
+			Buckets:   LatencyBuckets,
+		}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.Capacity, m.NUMACapacity, m.ModelChanges,
+		m.ResizeRequests, m.ResizeErrors, m.PatchLatency,
 	)
 	return m
 }

@@ -174,6 +174,29 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 	if lc := st.LastChange; lc != nil {
 		fmt.Fprintf(tw, "Last change:\t#%d %s ago: %s\n", lc.ID, st.Now.Sub(lc.Time).Round(time.Millisecond), describe(*lc))
 	}
+	if k := st.Kubernetes; k != nil {
+		fmt.Fprintf(tw, "Kubernetes node:\t%s\n", k.NodeName)
+		if len(k.Configured) > 0 {
+			fmt.Fprintf(tw, "Configured capacity:\t%s (from %s)\n", stringMap(k.Configured), k.ConfiguredSource)
+		} else {
+			fmt.Fprintf(tw, "Configured capacity:\tnone (following the hardware)\n")
+		}
+		fmt.Fprintf(tw, "Target capacity:\t%s\n", resourceList(k.Target))
+		fmt.Fprintf(tw, "Allocatable:\t%s\n", resourceList(k.Allocatable))
+		fmt.Fprintf(tw, "CapacityConfigured:\t%s/%s", k.Condition.Status, k.Condition.Reason)
+		if k.Condition.Message != "" {
+			fmt.Fprintf(tw, ": %s", k.Condition.Message)
+		}
+		fmt.Fprintln(tw)
+		relay := fmt.Sprintf("%d status patches", k.Patches)
+		if k.PatchPending {
+			relay += ", one pending"
+		}
+		if k.PatchError != "" {
+			relay += ", last error: " + k.PatchError
+		}
+		fmt.Fprintf(tw, "API relay:\t%s\n", relay)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -398,6 +421,19 @@ func resourceList(rl api.ResourceList) string {
 	for i, n := range names {
 		q := rl[n]
 		parts[i] = n + "=" + q.String()
+	}
+	return strings.Join(parts, " ")
+}
+
+func stringMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
 	}
 	return strings.Join(parts, " ")
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -18,7 +19,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/kubeletconfig"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/systemd"
@@ -37,10 +44,19 @@ the safety net. The model, the kubelet-exact physical capacity and every
 change are served on a unix socket (ask it with node-resizectl or
 curl --unix-socket).
 
+As a Kubernetes node agent (the default) it also reads the Node's configured
+capacity (spec.configuredCapacity, or the annotation
+node-resized.io/configured-capacity), decides the capacity to publish with
+KEP-3953's rules, and patches the Node's status, its CapacityConfigured
+condition and events through the API server.
+
 Usage:
-  node-resized --standalone [flags]
+  node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
+  node-resized --standalone [flags]    no cluster: detect, model and serve locally
 
 Examples:
+  node-resized                                   node agent with the kubelet's kubeconfig
+  node-resized --kubeconfig ~/.kube/config --node-name worker-1
   node-resized --standalone                      run against this machine
   node-resized --standalone --socket /tmp/nr.sock --log-level debug
   node-resized --standalone --sysfs-root ./testdata/sys --procfs-root ./testdata/proc --uevents=false
@@ -70,6 +86,14 @@ type options struct {
 	logLevel       string
 	logFormat      string
 	showVersion    bool
+
+	kubeconfig       string
+	nodeName         string
+	kubeletConfig    string
+	kubeletConfigSet bool
+	kubeletConfigDir string
+	stateFile        string
+	memoryJitter     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -93,6 +117,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (journal under systemd, text otherwise), journal, text or json")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	hostname, _ := os.Hostname()
+	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
+	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "the Node this daemon speaks for")
+	fs.StringVar(&o.kubeletConfig, "kubelet-config", kubeletconfig.DefaultPath, "the kubelet's KubeletConfiguration file (systemReserved, kubeReserved, evictionHard)")
+	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
+	fs.StringVar(&o.stateFile, "state-file", agent.DefaultStatePath, "where the decision state is kept across restarts (an emergency clamp survives a restart)")
+	fs.StringVar(&o.memoryJitter, "memory-jitter", "100Mi", "memory drift that is not a change")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
 		fs.PrintDefaults()
@@ -100,14 +131,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "kubelet-config" {
+			o.kubeletConfigSet = true
+		}
+	})
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (node-resized takes flags only; see --help)", fs.Arg(0))
 	}
 	switch {
 	case o.showVersion:
 		return o, nil
-	case !o.standalone:
-		return nil, errors.New("--standalone is required: this build runs without a Kubernetes cluster only (see --help)")
+	case !o.standalone && o.nodeName == "":
+		return nil, errors.New("--node-name is empty and the hostname is unknown: set --node-name")
 	case o.quiet <= 0:
 		return nil, fmt.Errorf("--coalesce-quiet must be positive, got %s", o.quiet)
 	case o.maxWait < o.quiet:
@@ -118,6 +154,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--history must be positive, got %d", o.history)
 	case o.socket == "":
 		return nil, errors.New("--socket must not be empty")
+	}
+	if _, err := resource.ParseQuantity(o.memoryJitter); err != nil {
+		return nil, fmt.Errorf("--memory-jitter: want a quantity such as 100Mi, got %q", o.memoryJitter)
 	}
 	if _, err := parseLevel(o.logLevel); err != nil {
 		return nil, err
@@ -212,14 +251,55 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		src = l
 	}
 
+	// Kubernetes mode: read the reservations and the Node's configured
+	// capacity before the hardware (bootstrap parity).
+	var (
+		relay *kube.Relay
+		agt   *agent.Agent
+		onChg func(monitor.Change, *topology.Snapshot)
+	)
+	if !o.standalone {
+		var err error
+		relay, err = kube.Connect(kube.Options{Kubeconfig: o.kubeconfig, NodeName: o.nodeName, Logger: log, Metrics: m})
+		if err != nil {
+			return err
+		}
+		res, err := loadReservations(o, log)
+		if err != nil {
+			return err
+		}
+		jitter := resource.MustParse(o.memoryJitter)
+		agt = agent.New(agent.Config{
+			Reservations: res,
+			JitterMemory: jitter.Value(),
+			StatePath:    o.stateFile,
+			Logger:       log,
+			Metrics:      m,
+		}, relay)
+		gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := relay.GetNode(gctx)
+		gcancel()
+		if err != nil {
+			// Node-local work must not wait for the API server: go on
+			// with the configured capacity the state file remembers.
+			m.ResizeErrors.WithLabelValues("api_watch").Inc()
+			log.Warn("read the Node at start; deciding from the remembered configured capacity until the API server answers", "node", o.nodeName, "err", err)
+		} else {
+			agt.OnNode(v)
+			log.Info("read the Node", "node", o.nodeName, "configured_source", v.Source, "configured", v.Configured.Key())
+		}
+		onChg = agt.OnChange
+	}
+
 	mon := monitor.New(fsys, src, monitor.Config{
-		Quiet:   o.quiet,
-		MaxWait: o.maxWait,
-		MemPoll: disabledIfZero(o.memPoll),
-		Resync:  disabledIfZero(o.resync),
-		History: o.history,
-		Logger:  log,
-		Metrics: m,
+		Quiet:    o.quiet,
+		MaxWait:  o.maxWait,
+		MemPoll:  disabledIfZero(o.memPoll),
+		Resync:   disabledIfZero(o.resync),
+		History:  o.history,
+		OnChange: onChg,
+		Logger:   log,
+		Metrics:  m,
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -252,7 +332,20 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		return err
 	}
 	hostname, _ := os.Hostname()
-	srv := api.NewServer(mon, m, api.Info{Version: version, Hostname: hostname, Mode: "standalone"}, log)
+	info := api.Info{Version: version, Hostname: hostname, Mode: "standalone"}
+	if agt != nil {
+		info.Mode = "kubernetes"
+		info.Kubernetes = func() *api.KubernetesStatus { return kubernetesStatus(o.nodeName, agt, relay) }
+		goRun("decision loop", func() error { return agt.Run(ctx) })
+		goRun("API relay", func() error { return relay.Run(ctx) })
+		goRun("Node watch", func() error {
+			return relay.Watch(ctx, func(v kube.NodeView) {
+				agt.OnNode(v)
+				relay.Republish(v)
+			})
+		})
+	}
+	srv := api.NewServer(mon, m, info, log)
 	goRun("local API", func() error { return srv.Serve(ctx, ln) })
 	if o.metricsAddress != "" {
 		mln, err := net.Listen("tcp", o.metricsAddress)
@@ -273,7 +366,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 
 	snap, capac := mon.Snapshot()
 	log.Info("node-resized ready",
-		"version", version, "socket", o.socket, "metrics_address", o.metricsAddress,
+		"version", version, "mode", info.Mode, "node", o.nodeName, "socket", o.socket, "metrics_address", o.metricsAddress,
 		"sysfs_root", o.sysfsRoot, "procfs_root", o.procfsRoot, "uevents", o.uevents,
 		"cpu", capac.CPU, "memory_bytes", capac.Memory, "cpus_online", snap.CPUs.Online.String())
 	if err := systemd.Ready(fmt.Sprintf("watching %d CPUs, %s memory", capac.CPU, humanBytes(capac.Memory))); err != nil {
@@ -318,4 +411,66 @@ func humanBytes(b uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), strings.ToUpper("kmgtpe")[exp])
+}
+
+// loadReservations reads the kubelet's reservations. A missing file at the
+// default path means a kubelet with defaults; a missing file that was named
+// explicitly is an error.
+func loadReservations(o *options, log *slog.Logger) (decide.Reservations, error) {
+	var opts []kubeletconfig.Option
+	if o.kubeletConfigDir != "" {
+		opts = append(opts, kubeletconfig.WithDropInDir(o.kubeletConfigDir))
+	}
+	cfg, err := kubeletconfig.Load(o.kubeletConfig, opts...)
+	if errors.Is(err, fs.ErrNotExist) && !o.kubeletConfigSet {
+		log.Warn("no kubelet configuration file; using the kubelet's defaults (no reservations, evictionHard memory.available 100Mi)", "path", o.kubeletConfig)
+		cfg = kubeletconfig.Default()
+		err = nil
+	}
+	if err != nil {
+		return decide.Reservations{}, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("kubelet configuration", "path", o.kubeletConfig, "warning", w)
+	}
+	return cfg.Reservations, nil
+}
+
+// kubernetesStatus renders the agent's and the relay's view for the API.
+func kubernetesStatus(node string, a *agent.Agent, r *kube.Relay) *api.KubernetesStatus {
+	st := a.Status()
+	rs := r.Stats()
+	out := &api.KubernetesStatus{
+		NodeName:         node,
+		Configured:       st.Configured.Raw,
+		ConfiguredSource: st.ConfiguredSource,
+		Target:           resourceList(st.Target),
+		Allocatable:      resourceList(st.Allocatable),
+		Condition: api.Condition{
+			Status:             string(st.Condition.Status),
+			Reason:             string(st.Condition.Reason),
+			Message:            st.Condition.Message,
+			LastTransitionTime: st.Condition.LastTransitionTime,
+		},
+		Error:        st.Error,
+		Patches:      rs.Patches,
+		LastPatch:    rs.LastPatch,
+		PatchError:   rs.LastError,
+		PatchPending: rs.Pending,
+	}
+	if st.Configured.Invalid != "" {
+		out.Configured = map[string]string{"invalid": st.Configured.Invalid}
+	}
+	return out
+}
+
+func resourceList(r decide.Resources) api.ResourceList {
+	if r == nil {
+		return nil
+	}
+	out := api.ResourceList{}
+	for k, v := range kube.ResourceList(r) {
+		out[k] = resource.MustParse(v)
+	}
+	return out
 }

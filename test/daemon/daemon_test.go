@@ -146,7 +146,7 @@ func TestBadInputGivesOneLineAndNonZeroExit(t *testing.T) {
 	}{
 		{"unknown flag", []string{"--standalone", "--no-such-flag"}, 2, "flag provided but not defined"},
 		{"bad duration", []string{"--standalone", "--coalesce-quiet", "soon"}, 2, "coalesce-quiet"},
-		{"without standalone", nil, 2, "--standalone"},
+		{"no cluster without standalone", []string{"--kubeconfig", filepath.Join(tmp, "none.conf"), "--socket", filepath.Join(tmp, "c.sock")}, 1, "--standalone"},
 		{"missing sysfs", []string{"--standalone", "--socket", filepath.Join(tmp, "a.sock"), "--sysfs-root", filepath.Join(tmp, "nowhere")}, 1, "nowhere"},
 		{"sysfs not a sysfs", []string{"--standalone", "--socket", filepath.Join(tmp, "b.sock"), "--sysfs-root", tmp}, 1, tmp},
 	} {

@@ -1,0 +1,348 @@
+// Package agent runs node-resized as a Kubernetes node agent: it feeds the
+// decision core (package decide) with the machine model, the configured
+// capacity read from the Node and the kubelet's reservations, carries the
+// decisions out through its actuators (the API relay, and the kubepods
+// cgroup enforcer and the evictor where configured) and persists the
+// decision state so that a daemon restart forgets nothing.
+//
+// Every decision is taken on one goroutine, in order; inputs only record
+// the newest value and wake it, so neither detection nor the API watch
+// ever waits for a decision or for the API server.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// Relay publishes to the API server. *kube.Relay satisfies it. Neither
+// method may block.
+type Relay interface {
+	Publish(kube.Status)
+	Event(eventType decide.EventType, reason, message string)
+}
+
+// Enforcer applies kubepods cgroup limits. It is called on the agent's
+// goroutine and should return quickly.
+type Enforcer interface {
+	Apply(ctx context.Context, a decide.Action, snap *topology.Snapshot) error
+}
+
+// Evictor brings the node's pods within an allocatable. Start must not
+// block; progress comes back through Agent.ReportEviction.
+type Evictor interface {
+	Start(ctx context.Context, e decide.Evict)
+}
+
+var _ Relay = (*kube.Relay)(nil)
+
+// Config configures the agent.
+type Config struct {
+	Reservations decide.Reservations
+	// JitterMemory is the memory drift that is not a change (0: 100Mi).
+	JitterMemory int64
+	Policy       decide.Policy
+	// StatePath is the state file; empty keeps the state in memory only.
+	StatePath string
+	Logger    *slog.Logger
+	Metrics   *metrics.Metrics
+	// Enforcer and Evictor may be nil: cgroup limits are then not
+	// enforced, and an eviction counts as done at once.
+	Enforcer Enforcer
+	Evictor  Evictor
+}
+
+// Status is the agent's view for the local API. It is a plain value.
+type Status struct {
+	Configured       decide.Configured `json:"configured"`
+	ConfiguredSource string            `json:"configuredSource,omitempty"`
+	Target           decide.Resources  `json:"target,omitempty"`
+	Allocatable      decide.Resources  `json:"allocatable,omitempty"`
+	Condition        decide.Condition  `json:"condition"`
+	Error            string            `json:"error,omitempty"`
+	Decisions        uint64            `json:"decisions"`
+	LastDecision     time.Time         `json:"lastDecision,omitempty"`
+}
+
+// Agent is safe for concurrent use; Run must be called once.
+type Agent struct {
+	cfg   Config
+	relay Relay
+	log   *slog.Logger
+	m     *metrics.Metrics
+	wake  chan struct{}
+
+	mu sync.Mutex // guards the inputs and the status below
+	// Inputs.
+	physical     *decide.Physical
+	snap         *topology.Snapshot
+	since        time.Time // first uevent of the hardware change not yet published
+	configured   decide.Configured
+	source       string
+	haveNode     bool
+	eviction     decide.EvictionReport
+	stateFileErr bool
+	// Output.
+	state  decide.State
+	status Status
+}
+
+// New returns an agent that resumes from the state file, if there is one.
+func New(cfg Config, relay Relay) *Agent {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	a := &Agent{cfg: cfg, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
+	if cfg.StatePath != "" {
+		st, err := LoadState(cfg.StatePath)
+		switch {
+		case err != nil:
+			a.m.ResizeErrors.WithLabelValues("state_file").Inc()
+			a.log.Warn("read the state file; starting from a fresh state", "path", cfg.StatePath, "err", err)
+		case st != nil:
+			a.state = *st
+			a.log.Info("resumed from the state file", "path", cfg.StatePath,
+				"condition", string(st.Condition.Reason), "applied", st.Applied.String(), "generation", st.Generation)
+		}
+	}
+	return a
+}
+
+// State returns the decision state as it stands.
+func (a *Agent) State() decide.State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state
+}
+
+// Status returns the agent's view for the local API.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+func (a *Agent) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PhysicalOf measures the physical capacity the way decide wants it.
+func PhysicalOf(snap *topology.Snapshot) decide.Physical {
+	c := snap.Capacity()
+	p := decide.Physical{
+		CPUs:                  c.CPU,
+		MemoryBytes:           int64(c.Memory),
+		EphemeralStorageBytes: int64(c.EphemeralStorage),
+		SwapActive:            snap.SwapTotal > 0,
+	}
+	if len(c.Hugepages) > 0 {
+		p.HugePages = decide.Resources{}
+		for name, v := range c.Hugepages {
+			p.HugePages[name] = int64(v)
+		}
+	}
+	return p
+}
+
+// OnChange takes a new machine model. It is meant for monitor.Config's
+// OnChange and returns at once.
+func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
+	p := PhysicalOf(snap)
+	a.mu.Lock()
+	if a.physical != nil && p.EphemeralStorageBytes == 0 {
+		// A failed read must not look like a disk that vanished.
+		p.EphemeralStorageBytes = a.physical.EphemeralStorageBytes
+	}
+	a.physical = &p
+	a.snap = snap
+	if c.LatencySeconds > 0 && a.since.IsZero() {
+		a.since = c.Time.Add(-c.Latency())
+	}
+	a.mu.Unlock()
+	a.poke()
+}
+
+// OnNode takes a new view of the Node (the configured capacity). Until the
+// first view arrives, the agent decides with the configured capacity it
+// remembers from its state file (bootstrap parity).
+func (a *Agent) OnNode(v kube.NodeView) {
+	a.mu.Lock()
+	a.configured, a.source, a.haveNode = v.Configured, v.Source, true
+	a.mu.Unlock()
+	a.poke()
+}
+
+// ReportEviction takes the evictor's progress.
+func (a *Agent) ReportEviction(r decide.EvictionReport) {
+	a.mu.Lock()
+	a.eviction = r
+	a.mu.Unlock()
+	a.poke()
+}
+
+// Run decides on every input until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.wake:
+		case <-timer.C:
+		}
+		if after := a.pass(ctx); after > 0 {
+			timer.Reset(after)
+		}
+	}
+}
+
+// pass takes one decision and carries it out; it returns when to decide
+// again without new input (0: not needed).
+func (a *Agent) pass(ctx context.Context) time.Duration {
+	a.mu.Lock()
+	if a.physical == nil {
+		a.mu.Unlock()
+		return 0
+	}
+	conf := a.configured
+	if !a.haveNode {
+		conf = configuredFromKey(a.state.Spec)
+	}
+	in := decide.Input{
+		Physical:     *a.physical,
+		Configured:   conf,
+		Reservations: a.cfg.Reservations,
+		JitterMemory: a.cfg.JitterMemory,
+		Previous:     a.state,
+		Now:          time.Now(),
+		Eviction:     a.eviction,
+		Policy:       a.cfg.Policy,
+	}
+	snap, since, source := a.snap, a.since, a.source
+	a.mu.Unlock()
+
+	d := decide.Decide(in)
+	if d.Err != nil {
+		a.log.Warn("input refused", "err", d.Err)
+	}
+	a.account(in.Previous.Applied, d.Next.Applied)
+	again := false
+	for _, act := range d.Actions {
+		switch x := act.(type) {
+		case decide.PatchNodeStatus:
+			a.relay.Publish(kube.Status{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: since})
+			a.mu.Lock()
+			a.since = time.Time{}
+			a.mu.Unlock()
+		case decide.EmitEvent:
+			a.relay.Event(x.Type, x.Reason, x.Message)
+			a.log.Info("event", "type", string(x.Type), "reason", x.Reason, "message", x.Message)
+		case decide.ClampCgroups, decide.GrowCgroups:
+			if a.cfg.Enforcer == nil {
+				a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(act.Kind()))
+				continue
+			}
+			if err := a.cfg.Enforcer.Apply(ctx, act, snap); err != nil {
+				a.m.ResizeErrors.WithLabelValues("cgroup_update").Inc()
+				a.log.Error("apply kubepods limits", "action", string(act.Kind()), "err", err)
+			}
+		case decide.Evict:
+			if a.cfg.Evictor == nil {
+				a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
+				a.mu.Lock()
+				a.eviction = decide.EvictionReport{Generation: x.Generation, Done: true}
+				a.mu.Unlock()
+				again = true
+				continue
+			}
+			a.cfg.Evictor.Start(ctx, x)
+		case decide.RestartKubelet:
+			a.log.Info("kubelet restart wanted but not configured", "capacity", x.Capacity.String())
+		}
+	}
+	a.mu.Lock()
+	changed := !sameState(a.state, d.Next)
+	a.state = d.Next
+	a.status = Status{
+		Configured:       in.Configured,
+		ConfiguredSource: source,
+		Target:           d.Target,
+		Allocatable:      d.Allocatable,
+		Condition:        d.Condition,
+		Decisions:        a.status.Decisions + 1,
+		LastDecision:     in.Now,
+	}
+	if d.Err != nil {
+		a.status.Error = d.Err.Error()
+	}
+	a.mu.Unlock()
+	if changed && a.cfg.StatePath != "" {
+		if err := SaveState(a.cfg.StatePath, d.Next); err != nil {
+			a.m.ResizeErrors.WithLabelValues("state_file").Inc()
+			a.log.Error("write the state file", "path", a.cfg.StatePath, "err", err)
+		}
+	}
+	if len(d.Actions) > 0 {
+		a.log.Info("decided", "condition", string(d.Condition.Reason), "message", d.Condition.Message,
+			"target", d.Target.String(), "actions", len(d.Actions))
+	}
+	if again {
+		a.poke()
+	}
+	return d.RequeueAfter
+}
+
+// account counts changes of the applied capacity by resource and direction.
+func (a *Agent) account(old, cur decide.Resources) {
+	if old == nil {
+		return // the first pass is not a resize
+	}
+	for _, name := range cur.Names() {
+		switch v, was := cur[name], old[name]; {
+		case v > was:
+			a.m.ResizeRequests.WithLabelValues(name, "up").Inc()
+		case v < was:
+			a.m.ResizeRequests.WithLabelValues(name, "down").Inc()
+		}
+	}
+}
+
+func sameState(a, b decide.State) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// configuredFromKey rebuilds a configured capacity from the canonical key
+// the state file keeps, for the passes before the Node is read.
+func configuredFromKey(key string) decide.Configured {
+	if key == "" {
+		return decide.Configured{}
+	}
+	var raw map[string]string
+	if err := json.Unmarshal([]byte(key), &raw); err != nil {
+		return decide.Configured{}
+	}
+	if inv, ok := raw["invalid"]; ok && len(raw) == 1 {
+		return decide.Configured{Present: true, Invalid: inv}
+	}
+	return decide.Configured{Present: true, Raw: raw}
+}
