@@ -81,6 +81,8 @@ type Agent struct {
 	log   *slog.Logger
 	m     *metrics.Metrics
 	wake  chan struct{}
+	// started is set after the first pass; only Run's goroutine uses it.
+	started bool
 
 	mu sync.Mutex // guards the inputs and the status below
 	// Inputs.
@@ -244,14 +246,12 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		a.log.Warn("input refused", "err", d.Err)
 	}
 	a.account(in.Previous.Applied, d.Next.Applied)
-	again := false
+	again, published := false, false
 	for _, act := range d.Actions {
 		switch x := act.(type) {
 		case decide.PatchNodeStatus:
 			a.relay.Publish(kube.Status{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: since})
-			a.mu.Lock()
-			a.since = time.Time{}
-			a.mu.Unlock()
+			published = true
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)
 			a.log.Info("event", "type", string(x.Type), "reason", x.Reason, "message", x.Message)
@@ -278,7 +278,18 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 			a.log.Info("kubelet restart wanted but not configured", "capacity", x.Capacity.String())
 		}
 	}
+	if !published && !a.started {
+		// The first pass of this process publishes what it stands for
+		// even when nothing changed: the Node may show something else
+		// after a restart.
+		a.relay.Publish(kube.Status{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: since})
+		published = true
+	}
+	a.started = true
 	a.mu.Lock()
+	if published && a.since.Equal(since) {
+		a.since = time.Time{}
+	}
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
 	a.status = Status{

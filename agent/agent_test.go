@@ -1,0 +1,244 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// fakeRelay records what the agent publishes.
+type fakeRelay struct {
+	mu       sync.Mutex
+	statuses []kube.Status
+	events   []decide.EmitEvent
+}
+
+func (f *fakeRelay) Publish(s kube.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statuses = append(f.statuses, s)
+}
+
+func (f *fakeRelay) Event(t decide.EventType, reason, msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, decide.EmitEvent{Type: t, Reason: reason, Message: msg})
+}
+
+func (f *fakeRelay) last() (kube.Status, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.statuses) == 0 {
+		return kube.Status{}, false
+	}
+	return f.statuses[len(f.statuses)-1], true
+}
+
+func (f *fakeRelay) eventReasons() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, e := range f.events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func machine(cpus int) *topology.Snapshot {
+	node := topology.Node{ID: 0, MemTotal: 16 << 30}
+	var online topology.CPUSet
+	for i := range cpus {
+		node.CPUs = append(node.CPUs, topology.CPU{ID: i})
+		online = append(online, i)
+	}
+	return &topology.Snapshot{CPUs: topology.CPUs{Online: online}, Nodes: []topology.Node{node}, MemTotal: 16 << 30}
+}
+
+func conf(kv ...string) kube.NodeView {
+	raw := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		raw[kv[i]] = kv[i+1]
+	}
+	return kube.NodeView{Configured: decide.Configured{Present: true, Raw: raw}, Source: kube.SourceAnnotation}
+}
+
+type run struct {
+	t      *testing.T
+	a      *Agent
+	relay  *fakeRelay
+	cancel func()
+	done   chan error
+}
+
+func startAgent(t *testing.T, statePath string) *run {
+	t.Helper()
+	r := &run{t: t, relay: &fakeRelay{}, done: make(chan error, 1)}
+	r.a = New(Config{StatePath: statePath}, r.relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.a.Run(ctx) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *run) stop() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+		r.cancel = nil
+	}
+}
+
+// settle waits until the published condition has the reason.
+func (r *run) settle(reason decide.Reason, cpu int64) kube.Status {
+	r.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if s, ok := r.relay.last(); ok && s.Condition.Reason == reason && s.Capacity["cpu"] == cpu*1000 {
+			return s
+		}
+	}
+	s, _ := r.relay.last()
+	r.t.Fatalf("condition %s/%s cpu %d, want %s with cpu %d", s.Condition.Status, s.Condition.Reason, s.Capacity["cpu"]/1000, reason, cpu)
+	return kube.Status{}
+}
+
+func hw(r *run, cpus int, latency time.Duration) {
+	c := monitor.Change{Time: time.Now(), LatencySeconds: latency.Seconds()}
+	r.a.OnChange(c, machine(cpus))
+}
+
+func TestPathBClampSurvivesRestart(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state.json")
+	r := startAgent(t, state)
+	r.a.OnNode(conf("cpu", "4"))
+	hw(r, 4, 0)
+	r.settle(decide.ReasonAccepted, 4)
+
+	// The hypervisor takes two CPUs away.
+	hw(r, 2, 3*time.Millisecond)
+	r.settle(decide.ReasonEmergencyReduced, 2)
+	// The first status published for the loss carries the time of the
+	// hardware event (the relay keeps the earliest one until a patch lands).
+	r.relay.mu.Lock()
+	var since time.Time
+	for _, s := range r.relay.statuses {
+		if s.Capacity["cpu"] == 2000 && !s.Since.IsZero() {
+			since = s.Since
+			break
+		}
+	}
+	r.relay.mu.Unlock()
+	if since.IsZero() || time.Since(since) > time.Minute {
+		t.Errorf("no status for the loss carries the hardware-event time")
+	}
+	if reasons := r.relay.eventReasons(); !contains(reasons, decide.EventEmergencyCapacityReduced) {
+		t.Errorf("events %v, want a %s warning", reasons, decide.EventEmergencyCapacityReduced)
+	}
+	r.stop()
+
+	// The daemon restarts while the API server is away: it must remember
+	// the clamp and the spec it refused, from the state file alone.
+	r2 := startAgent(t, state)
+	if got := r2.a.State().Condition.Reason; got != decide.ReasonEmergencyReduced {
+		t.Fatalf("state after restart: %s, want EmergencyReduced", got)
+	}
+	hw(r2, 2, 0)
+	r2.settle(decide.ReasonEmergencyReduced, 2)
+	if reasons := r2.relay.eventReasons(); contains(reasons, decide.EventEmergencyCapacityReduced) {
+		t.Errorf("the restart repeated the emergency warning: %v", reasons)
+	}
+	// The administrator lowers the spec to what is there.
+	r2.a.OnNode(conf("cpu", "2"))
+	r2.settle(decide.ReasonAccepted, 2)
+}
+
+func TestPathA1InfeasibleThenHardwareArrives(t *testing.T) {
+	r := startAgent(t, "")
+	r.a.OnNode(conf("cpu", "4"))
+	hw(r, 2, 0)
+	r.settle(decide.ReasonInfeasible, 2)
+	hw(r, 4, time.Millisecond)
+	r.settle(decide.ReasonAccepted, 4)
+}
+
+func TestPathA2WithEvictionOff(t *testing.T) {
+	r := startAgent(t, "")
+	r.a.OnNode(conf("cpu", "4"))
+	hw(r, 4, 0)
+	r.settle(decide.ReasonAccepted, 4)
+	r.a.OnNode(conf("cpu", "2"))
+	// Eviction is off, so the downscale completes on its own.
+	r.settle(decide.ReasonAccepted, 2)
+}
+
+func TestGarbageSpecIsInfeasible(t *testing.T) {
+	r := startAgent(t, "")
+	hw(r, 4, 0)
+	r.a.OnNode(kube.NodeView{Configured: decide.Configured{Present: true, Invalid: "annotation is not a JSON object"}})
+	s := r.settle(decide.ReasonInfeasible, 4)
+	if !strings.Contains(s.Condition.Message, "not a JSON object") {
+		t.Errorf("message %q does not say what is wrong", s.Condition.Message)
+	}
+}
+
+func TestCorruptStateFileIsMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(state, []byte("{torn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startAgent(t, state)
+	if st := r.a.State(); st.Generation != 0 || st.Condition.Reason != "" {
+		t.Errorf("state from a corrupt file: %+v", st)
+	}
+	aside, _ := filepath.Glob(state + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("corrupt file not kept aside: %v", aside)
+	}
+	if b, _ := os.ReadFile(aside[0]); string(b) != "{torn" {
+		t.Errorf("the kept file changed: %q", b)
+	}
+	hw(r, 2, 0)
+	r.settle(decide.ReasonAccepted, 2)
+	if _, err := LoadState(state); err != nil {
+		t.Errorf("the new state file does not load: %v", err)
+	}
+}
+
+func TestSaveStateIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "state.json")
+	st := decide.State{Version: decide.StateVersion, Generation: 7, Spec: `{"cpu":"2"}`}
+	if err := SaveState(path, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadState(path)
+	if err != nil || got == nil || got.Generation != 7 || got.Spec != st.Spec {
+		t.Fatalf("LoadState = %+v, %v", got, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "sub", "*.tmp-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	if got, err := LoadState(filepath.Join(dir, "absent.json")); got != nil || err != nil {
+		t.Errorf("LoadState of a missing file = %v, %v; want nil, nil", got, err)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
