@@ -43,18 +43,28 @@ func NewServer(mon *monitor.Monitor, m *metrics.Metrics, info Info, log *slog.Lo
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{mon: mon, metrics: m, info: info, log: log, mux: http.NewServeMux(), ResyncTimeout: 30 * time.Second}
-	s.mux.HandleFunc("GET /v1/status", s.status)
-	s.mux.HandleFunc("GET /v1/topology", s.topology)
-	s.mux.HandleFunc("GET /v1/events", s.events)
-	s.mux.HandleFunc("POST /v1/resync", s.resync)
-	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.route(http.MethodGet, "/v1/status", http.HandlerFunc(s.status))
+	s.route(http.MethodGet, "/v1/topology", http.HandlerFunc(s.topology))
+	s.route(http.MethodGet, "/v1/events", http.HandlerFunc(s.events))
+	s.route(http.MethodPost, "/v1/resync", http.HandlerFunc(s.resync))
+	s.route(http.MethodGet, "/healthz", http.HandlerFunc(s.healthz))
 	if m != nil {
-		s.mux.Handle("GET /metrics", m.Handler())
+		s.route(http.MethodGet, "/metrics", m.Handler())
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+"; see /v1/status, /v1/topology, /v1/events, /v1/resync, /metrics")
+		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+"; see GET /v1/status, /v1/topology, /v1/events, /metrics, /healthz and POST /v1/resync")
 	})
 	return s
+}
+
+// route serves h for method on path, and a JSON 405 naming the allowed
+// method for any other method on the same path.
+func (s *Server) route(method, path string, h http.Handler) {
+	s.mux.Handle(method+" "+path, h) // GET also answers HEAD
+	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", method)
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" "+path+" is not allowed; use "+method)
+	})
 }
 
 // Handler returns the HTTP handler of every endpoint.

@@ -281,6 +281,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	defer timer.Stop()
 
 	var pending *batch
+	memSeen := snap.MemTotal // the last MemTotal the watch acted on
 	get := func() *batch {
 		if pending == nil {
 			pending = &batch{}
@@ -352,6 +353,12 @@ func (m *Monitor) Run(ctx context.Context) error {
 				m.log.Warn("MemTotal watch failed", "err", err)
 				break
 			}
+			// Trigger once per new value: a rebuild already pending for
+			// this value must not be pushed out by every later poll.
+			if mt == memSeen {
+				break
+			}
+			memSeen = mt
 			m.mu.RLock()
 			cur := m.snap.MemTotal
 			m.mu.RUnlock()

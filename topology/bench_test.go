@@ -11,6 +11,8 @@ import (
 	"github.com/google/cadvisor/lib/machine"
 	"github.com/google/cadvisor/lib/utils/sysfs"
 	"github.com/google/cadvisor/lib/utils/sysinfo"
+
+	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
 // The 1024-CPU tree takes seconds to write, so the tests and benchmarks
@@ -22,8 +24,8 @@ var big struct {
 	err       error
 }
 
-// shared1024 returns the roots of the machine1024 tree, writing it on
-// first use.
+// shared1024 returns the roots of the topologytest.Machine1024 tree,
+// writing it on first use.
 func shared1024(tb testing.TB) (sys, proc string) {
 	tb.Helper()
 	big.once.Do(func() {
@@ -39,7 +41,7 @@ func shared1024(tb testing.TB) (sys, proc string) {
 			return
 		}
 		big.dir = dir
-		big.sys, big.proc = machine1024().write(tb, dir)
+		big.sys, big.proc = topologytest.Machine1024().Write(tb, dir)
 		big.err = nil
 	})
 	if big.err != nil {

@@ -37,6 +37,8 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
 // rootSysFs is cAdvisor's sysfs.SysFs over a sysfs tree at root. Each
@@ -410,7 +412,7 @@ func TestCAdvisorReference(t *testing.T) {
 	}
 	var trees []tree
 	for _, sc := range scenarios() {
-		sys, proc := sc.fix.write(t, fixtureDir(t))
+		sys, proc := sc.fix.Write(t, topologytest.Dir(t))
 		trees = append(trees, tree{sc.name, sys, proc})
 	}
 	if !testing.Short() {

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
 func TestReaderRead(t *testing.T) {
-	dir := fixtureDir(t)
+	dir := topologytest.Dir(t)
 	r := getReader()
 	defer putReader(r)
 
@@ -44,7 +46,7 @@ func TestReaderRead(t *testing.T) {
 }
 
 func TestReaderScan(t *testing.T) {
-	dir := fixtureDir(t)
+	dir := topologytest.Dir(t)
 	var want []string
 	for i := range 3000 { // several getdents batches
 		name := fmt.Sprintf("memory%d", i)

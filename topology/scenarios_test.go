@@ -1,10 +1,12 @@
 package topology
 
+import "github.com/node-resized/node-resized/topology/topologytest"
+
 // scenario is a synthetic machine and the capacity the kubelet would
 // report for it, worked out by hand from the kernel's files.
 type scenario struct {
 	name string
-	fix  fixture
+	fix  topologytest.Machine
 	want Capacity
 }
 
@@ -14,21 +16,21 @@ func scenarios() []scenario {
 			// Two sockets, one node each, SMT pairs; cpu3 and cpu6 offline.
 			// Only online CPUs count; empty 2 MiB pools are still reported.
 			name: "offline-cpus",
-			fix: fixture{
-				CPUs: append(smtCPUs(0, 4, 0, 0, 3), smtCPUs(4, 4, 1, 0, 6)...),
-				Nodes: []fixNode{
-					{ID: 0, CPUs: ints(0, 3), MemKB: 4000000, Pools: []fixPool{{2048, 0}}, Distances: []int{10, 20}},
-					{ID: 1, CPUs: ints(4, 7), MemKB: 4100000, Pools: []fixPool{{2048, 0}}, Distances: []int{20, 10}},
+			fix: topologytest.Machine{
+				CPUs: append(topologytest.SMTCPUs(0, 4, 0, 0, 3), topologytest.SMTCPUs(4, 4, 1, 0, 6)...),
+				Nodes: []topologytest.Node{
+					{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: 4000000, Pools: []topologytest.Pool{{KB: 2048, Nr: 0}}, Distances: []int{10, 20}},
+					{ID: 1, CPUs: topologytest.Ints(4, 7), MemKB: 4100000, Pools: []topologytest.Pool{{KB: 2048, Nr: 0}}, Distances: []int{20, 10}},
 				},
 				BlockSize: 128 * miB,
 				Blocks: concat(
-					blocks(0, 1, BlockOnline, "DMA32", 0),
-					blocks(1, 31, BlockOnline, "Normal", 0),
-					blocks(32, 28, BlockOnline, "Normal", 1),
-					blocks(60, 4, BlockOffline, "Normal Movable", 1),
+					topologytest.Blocks(0, 1, BlockOnline, "DMA32", 0),
+					topologytest.Blocks(1, 31, BlockOnline, "Normal", 0),
+					topologytest.Blocks(32, 28, BlockOnline, "Normal", 1),
+					topologytest.Blocks(60, 4, BlockOffline, "Normal Movable", 1),
 				),
 				MemKB: 8100000,
-				Pools: []fixPool{{2048, 0}},
+				Pools: []topologytest.Pool{{KB: 2048, Nr: 0}},
 			},
 			want: Capacity{
 				CPU:       6, // 0,1,2 and 4,5,7
@@ -44,17 +46,17 @@ func scenarios() []scenario {
 			// node1 has CPUs but no memory, node2 memory but no CPUs (a
 			// CXL expander); no hugepage support at all.
 			name: "memoryless-node",
-			fix: fixture{
-				CPUs: append(smtCPUs(0, 2, 0, 0), smtCPUs(2, 2, 0, 1)...),
-				Nodes: []fixNode{
-					{ID: 0, CPUs: ints(0, 1), MemKB: 2 * miB, Distances: []int{10, 11, 20}},
-					{ID: 1, CPUs: ints(2, 3), MemKB: 0, Distances: []int{11, 10, 20}},
+			fix: topologytest.Machine{
+				CPUs: append(topologytest.SMTCPUs(0, 2, 0, 0), topologytest.SMTCPUs(2, 2, 0, 1)...),
+				Nodes: []topologytest.Node{
+					{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 2 * miB, Distances: []int{10, 11, 20}},
+					{ID: 1, CPUs: topologytest.Ints(2, 3), MemKB: 0, Distances: []int{11, 10, 20}},
 					{ID: 2, MemKB: 8 * miB, Distances: []int{20, 20, 10}},
 				},
 				BlockSize: 128 * miB,
 				Blocks: concat(
-					blocks(0, 16, BlockOnline, "Normal", 0),
-					blocks(16, 64, BlockOnline, "Movable", 2),
+					topologytest.Blocks(0, 16, BlockOnline, "Normal", 0),
+					topologytest.Blocks(16, 64, BlockOnline, "Movable", 2),
 				),
 				MemKB: 10 * miB,
 			},
@@ -71,19 +73,19 @@ func scenarios() []scenario {
 		{
 			// 2 MiB and 1 GiB pools on two nodes of one socket.
 			name: "hugepages-2Mi-1Gi-two-nodes",
-			fix: fixture{
-				CPUs: append(smtCPUs(0, 4, 0, 0), smtCPUs(4, 4, 0, 2)...),
-				Nodes: []fixNode{
-					{ID: 0, CPUs: ints(0, 3), MemKB: 8 * miB, Pools: []fixPool{{2048, 512}, {1048576, 2}}, Distances: []int{10, 12}},
-					{ID: 1, CPUs: ints(4, 7), MemKB: 8 * miB, Pools: []fixPool{{2048, 256}, {1048576, 0}}, Distances: []int{12, 10}},
+			fix: topologytest.Machine{
+				CPUs: append(topologytest.SMTCPUs(0, 4, 0, 0), topologytest.SMTCPUs(4, 4, 0, 2)...),
+				Nodes: []topologytest.Node{
+					{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: 8 * miB, Pools: []topologytest.Pool{{KB: 2048, Nr: 512}, {KB: 1048576, Nr: 2}}, Distances: []int{10, 12}},
+					{ID: 1, CPUs: topologytest.Ints(4, 7), MemKB: 8 * miB, Pools: []topologytest.Pool{{KB: 2048, Nr: 256}, {KB: 1048576, Nr: 0}}, Distances: []int{12, 10}},
 				},
 				BlockSize: 128 * miB,
 				Blocks: concat(
-					blocks(0, 64, BlockOnline, "Normal", 0),
-					blocks(64, 64, BlockOnline, "Normal", 1),
+					topologytest.Blocks(0, 64, BlockOnline, "Normal", 0),
+					topologytest.Blocks(64, 64, BlockOnline, "Normal", 1),
 				),
 				MemKB: 16700000,
-				Pools: []fixPool{{2048, 768}, {1048576, 2}},
+				Pools: []topologytest.Pool{{KB: 2048, Nr: 768}, {KB: 1048576, Nr: 2}},
 			},
 			want: Capacity{
 				CPU:    8,
@@ -103,13 +105,13 @@ func scenarios() []scenario {
 			// so the offline cpu3 counts too; cpu4-7 are possible but not
 			// present, so they have no directory.
 			name: "no-node-dirs",
-			fix: fixture{
-				CPUs:      smtCPUs(0, 4, 0, 0, 3),
-				Possible:  CPUSet(ints(0, 7)),
+			fix: topologytest.Machine{
+				CPUs:      topologytest.SMTCPUs(0, 4, 0, 0, 3),
+				Possible:  topologytest.Ints(0, 7),
 				BlockSize: 128 * miB,
-				Blocks:    blocks(0, 32, BlockOnline, "Normal", -1),
+				Blocks:    topologytest.Blocks(0, 32, BlockOnline, "Normal", -1),
 				MemKB:     4000000,
-				Pools:     []fixPool{{2048, 16}},
+				Pools:     []topologytest.Pool{{KB: 2048, Nr: 16}},
 			},
 			want: Capacity{
 				CPU:       4,
@@ -121,12 +123,12 @@ func scenarios() []scenario {
 			// Swap does not change capacity. No memory directory, no
 			// distance, no nodeN/meminfo: all optional.
 			name: "swap-no-memory-dir",
-			fix: fixture{
-				CPUs:   smtCPUs(0, 2, 0, 0),
-				Nodes:  []fixNode{{ID: 0, CPUs: ints(0, 1), NoMeminfo: true}},
+			fix: topologytest.Machine{
+				CPUs:   topologytest.SMTCPUs(0, 2, 0, 0),
+				Nodes:  []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), NoMeminfo: true}},
 				MemKB:  3000000,
 				SwapKB: 2 * miB,
-				Pools:  []fixPool{{2048, 0}, {1048576, 0}},
+				Pools:  []topologytest.Pool{{KB: 2048, Nr: 0}, {KB: 1048576, Nr: 0}},
 			},
 			want: Capacity{
 				CPU:       2,
@@ -138,14 +140,14 @@ func scenarios() []scenario {
 		{
 			// cpu2 is online but has no topology ids: cAdvisor skips it.
 			name: "online-cpu-without-topology",
-			fix: fixture{
-				CPUs: []fixCPU{
+			fix: topologytest.Machine{
+				CPUs: []topologytest.CPU{
 					{ID: 0, Core: 0, Online: true},
 					{ID: 1, Core: 1, Online: true},
 					{ID: 2, Core: 2, Online: true, NoTopology: true},
 					{ID: 3, Core: 3, Online: true},
 				},
-				Nodes: []fixNode{{ID: 0, CPUs: ints(0, 3), MemKB: 1 * miB, Distances: []int{10}}},
+				Nodes: []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: 1 * miB, Distances: []int{10}}},
 				MemKB: 1 * miB,
 			},
 			want: Capacity{
@@ -158,15 +160,15 @@ func scenarios() []scenario {
 			// arm64 with 64 KiB pages: four hugepage sizes, named as the
 			// kubelet names them.
 			name: "arm64-hugepage-sizes",
-			fix: fixture{
-				CPUs:     smtCPUs(0, 4, 0, 0),
-				Possible: CPUSet(ints(0, 15)),
-				Nodes: []fixNode{{ID: 0, CPUs: ints(0, 3), MemKB: 4 * miB, Distances: []int{10},
-					Pools: []fixPool{{64, 10}, {2048, 5}, {32768, 1}, {1048576, 1}}}},
+			fix: topologytest.Machine{
+				CPUs:     topologytest.SMTCPUs(0, 4, 0, 0),
+				Possible: topologytest.Ints(0, 15),
+				Nodes: []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: 4 * miB, Distances: []int{10},
+					Pools: []topologytest.Pool{{KB: 64, Nr: 10}, {KB: 2048, Nr: 5}, {KB: 32768, Nr: 1}, {KB: 1048576, Nr: 1}}}},
 				BlockSize: 1 * giB,
-				Blocks:    blocks(0, 4, BlockOnline, "Normal", 0),
+				Blocks:    topologytest.Blocks(0, 4, BlockOnline, "Normal", 0),
 				MemKB:     4 * miB,
-				Pools:     []fixPool{{64, 10}, {2048, 5}, {32768, 1}, {1048576, 1}},
+				Pools:     []topologytest.Pool{{KB: 64, Nr: 10}, {KB: 2048, Nr: 5}, {KB: 32768, Nr: 1}, {KB: 1048576, Nr: 1}},
 			},
 			want: Capacity{
 				CPU:    4,

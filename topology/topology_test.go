@@ -10,12 +10,20 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/node-resized/node-resized/topology/topologytest"
+)
+
+const (
+	kiB = 1024
+	miB = 1024 * kiB
+	giB = 1024 * miB
 )
 
 // newFixtureFS writes f under a temporary directory and opens it.
-func newFixtureFS(t testing.TB, f fixture) FS {
+func newFixtureFS(t testing.TB, f topologytest.Machine) FS {
 	t.Helper()
-	sys, proc := f.write(t, fixtureDir(t))
+	sys, proc := f.Write(t, topologytest.Dir(t))
 	fsys, err := NewFS(sys, proc)
 	if err != nil {
 		t.Fatal(err)
@@ -163,8 +171,8 @@ func TestSnapshotRequiredFiles(t *testing.T) {
 		{"meminfo", "proc/meminfo", "proc/meminfo"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			root := fixtureDir(t)
-			sys, proc := scenarios()[0].fix.write(t, root)
+			root := topologytest.Dir(t)
+			sys, proc := scenarios()[0].fix.Write(t, root)
 			fsys, err := NewFS(sys, proc)
 			if err != nil {
 				t.Fatal(err)
@@ -190,8 +198,8 @@ func TestSnapshotBadFiles(t *testing.T) {
 		{"proc/meminfo", "MemFree: 1 kB\n"},
 	} {
 		t.Run(c.file, func(t *testing.T) {
-			root := fixtureDir(t)
-			sys, proc := scenarios()[0].fix.write(t, root)
+			root := topologytest.Dir(t)
+			sys, proc := scenarios()[0].fix.Write(t, root)
 			fsys, err := NewFS(sys, proc)
 			if err != nil {
 				t.Fatal(err)
@@ -207,9 +215,9 @@ func TestSnapshotBadFiles(t *testing.T) {
 }
 
 func TestNewFSErrors(t *testing.T) {
-	dir := fixtureDir(t)
+	dir := topologytest.Dir(t)
 	good := filepath.Join(dir, "good")
-	sys, proc := scenarios()[0].fix.write(t, good)
+	sys, proc := scenarios()[0].fix.Write(t, good)
 	notSys := filepath.Join(dir, "notsys")
 	if err := os.MkdirAll(filepath.Join(notSys, "devices/system"), 0o755); err != nil {
 		t.Fatal(err)
@@ -409,14 +417,14 @@ func procMemTotal(t testing.TB) uint64 {
 }
 
 func TestSnapshotCPUsReusesOnlyMemoryBlocks(t *testing.T) {
-	f := fixture{
-		CPUs:      smtCPUs(0, 4, 0, 0),
-		Nodes:     []fixNode{{ID: 0, CPUs: []int{0, 1, 2, 3}, MemKB: 1 << 20}},
+	f := topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 4, 0, 0),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: []int{0, 1, 2, 3}, MemKB: 1 << 20}},
 		BlockSize: 128 << 20,
-		Blocks:    blocks(0, 8, "online", "Normal", 0),
+		Blocks:    topologytest.Blocks(0, 8, "online", "Normal", 0),
 		MemKB:     1 << 20,
 	}
-	sys, proc := f.write(t, fixtureDir(t))
+	sys, proc := f.Write(t, topologytest.Dir(t))
 	fsys, err := NewFS(sys, proc)
 	if err != nil {
 		t.Fatal(err)

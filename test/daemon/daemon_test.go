@@ -14,12 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/test/internal/daemontest"
 )
 
 var binDir string
@@ -33,83 +32,28 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		binDir = dir
-		for _, name := range []string{"node-resized", "node-resizectl"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
-			cmd.Dir = ".." + string(filepath.Separator) + ".."
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", name, err, out)
-				return 1
-			}
+		if err := daemontest.Build(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 		return m.Run()
 	}())
 }
 
-// daemon is a running node-resized process.
 type daemon struct {
-	cmd    *exec.Cmd
-	socket string
-	stderr *bytes.Buffer
-	done   chan error
-	client *api.Client
+	*daemontest.Daemon
+	t *testing.T
 }
 
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
-	socket := filepath.Join(t.TempDir(), "run", "node-resized.sock")
-	args = append([]string{"--standalone", "--socket", socket, "--log-format", "json", "--log-level", "debug"}, args...)
-	d := &daemon{socket: socket, stderr: new(bytes.Buffer), done: make(chan error, 1)}
-	d.cmd = exec.Command(filepath.Join(binDir, "node-resized"), args...)
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.stderr.String())
-		}
-	})
-	d.client = api.NewClient(socket)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := d.client.Status(ctx)
-		cancel()
-		if err == nil {
-			return d
-		}
-		select {
-		case err := <-d.done:
-			t.Fatalf("daemon exited during start-up: %v\n%s", err, d.stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not answer on %s within 20s: %v", socket, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d := daemontest.Start(t, filepath.Join(binDir, "node-resized"), append([]string{"--standalone"}, args...)...)
+	return &daemon{Daemon: d, t: t}
 }
 
-// stop sends SIGTERM and returns the exit error.
-func (d *daemon) stop(t *testing.T) error {
-	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-d.done:
-		return err
-	case <-time.After(15 * time.Second):
-		t.Fatal("daemon did not exit within 15s of SIGTERM")
-		return nil
-	}
-}
+func (d *daemon) socket() string { return d.Socket }
+
+func (d *daemon) stop(t *testing.T) error { return d.Stop(t) }
 
 func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
 	d := startDaemon(t, "--uevents=false")
@@ -118,12 +62,12 @@ func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	followErr := make(chan error, 1)
-	go func() { followErr <- d.client.Follow(ctx, 0, func(monitor.Change) error { return nil }) }()
+	go func() { followErr <- d.Client.Follow(ctx, 0, func(monitor.Change) error { return nil }) }()
 	time.Sleep(100 * time.Millisecond)
 	if err := d.stop(t); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0\n%s", err, d.stderr.String())
+		t.Fatalf("exit after SIGTERM: %v, want status 0\n%s", err, d.Stderr.String())
 	}
-	if _, err := os.Lstat(d.socket); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(d.socket()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket still there after exit: %v", err)
 	}
 	select {
@@ -191,7 +135,7 @@ func TestCLIAgainstDaemon(t *testing.T) {
 	d := startDaemon(t, "--uevents=false")
 	ctl := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(filepath.Join(binDir, "node-resizectl"), append([]string{"--socket", d.socket}, args...)...).CombinedOutput()
+		out, err := exec.Command(filepath.Join(binDir, "node-resizectl"), append([]string{"--socket", d.socket()}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("node-resizectl %v: %v\n%s", args, err, out)
 		}
@@ -259,7 +203,7 @@ func TestRealCPUHotplug(t *testing.T) {
 	}
 
 	d := startDaemon(t, "--metrics-address", "127.0.0.1:0")
-	st, err := d.client.Status(context.Background())
+	st, err := d.Client.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +217,7 @@ func TestRealCPUHotplug(t *testing.T) {
 	defer cancel()
 	changes := make(chan monitor.Change, 1024)
 	go func() {
-		_ = d.client.Follow(ctx, st.LastChange.ID, func(c monitor.Change) error {
+		_ = d.Client.Follow(ctx, st.LastChange.ID, func(c monitor.Change) error {
 			changes <- c
 			return nil
 		})
@@ -305,7 +249,7 @@ func TestRealCPUHotplug(t *testing.T) {
 		}
 		offLat = append(offLat, c.Latency())
 		if i == 0 {
-			st, err := d.client.Status(context.Background())
+			st, err := d.Client.Status(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -320,7 +264,7 @@ func TestRealCPUHotplug(t *testing.T) {
 		c = await(initial, "cpu_online")
 		onLat = append(onLat, c.Latency())
 	}
-	st, err = d.client.Status(context.Background())
+	st, err = d.Client.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,10 +288,10 @@ func TestRealCPUHotplug(t *testing.T) {
 	if err := d.stop(t); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
-	if !strings.Contains(d.stderr.String(), `"msg":"machine changed"`) {
+	if !strings.Contains(d.Stderr.String(), `"msg":"machine changed"`) {
 		t.Error("the daemon logged no change")
 	}
-	assertLogFields(t, d.stderr.String())
+	assertLogFields(t, d.Stderr.String())
 }
 
 func hasKind(c monitor.Change, kind string) bool {

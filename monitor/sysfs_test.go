@@ -1,0 +1,370 @@
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/topology/topologytest"
+	"github.com/node-resized/node-resized/uevent"
+)
+
+// The memory paths end to end: the real loop over a real topology.FS on a
+// synthetic tree that the test changes as the kernel does, told by uevents
+// as the kernel sends them.
+
+const blockKB = 128 << 10 // the tree's 128 MiB memory blocks, in kB
+
+// sysfsMachine is a two-node VM: 4 CPUs per node, 4 GiB of 128 MiB blocks
+// per node (the last 8 of node1 in ZONE_MOVABLE, hot-unpluggable), a little
+// less MemTotal than that as the kernel reserves some, and room for a
+// 64 GiB DIMM from block 64.
+func sysfsMachine() topologytest.Machine {
+	const node0KB, node1KB = 32*blockKB - 100000, 32*blockKB - 20000
+	return topologytest.Machine{
+		CPUs:     append(topologytest.SMTCPUs(0, 4, 0, 0), topologytest.SMTCPUs(4, 4, 1, 0)...),
+		Possible: topologytest.Ints(0, 15),
+		Nodes: []topologytest.Node{
+			{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: node0KB, Distances: []int{10, 20},
+				Pools: []topologytest.Pool{{KB: 2048, Nr: 32}}},
+			{ID: 1, CPUs: topologytest.Ints(4, 7), MemKB: node1KB, Distances: []int{20, 10},
+				Pools: []topologytest.Pool{{KB: 2048, Nr: 32}}},
+		},
+		BlockSize: blockKB << 10,
+		Blocks: slices.Concat(
+			topologytest.Blocks(0, 1, topology.BlockOnline, "DMA32", 0),
+			topologytest.Blocks(1, 31, topology.BlockOnline, "Normal", 0),
+			topologytest.Blocks(32, 24, topology.BlockOnline, "Normal", 1),
+			topologytest.Blocks(56, 8, topology.BlockOnline, "Movable", 1),
+		),
+		MemKB: node0KB + node1KB,
+		Pools: []topologytest.Pool{{KB: 2048, Nr: 64}},
+	}
+}
+
+// sysfsHarness is a harness whose machine is a topology.FS over a tree.
+type sysfsHarness struct {
+	*harness
+	tree *topologytest.Tree
+	seq  uint64 // the last SEQNUM sent
+}
+
+func startSysfs(t *testing.T, cfg Config) *sysfsHarness {
+	t.Helper()
+	tree := sysfsMachine().WriteTree(t, topologytest.Dir(t))
+	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, src: newFakeSource(), metrics: metrics.New()}
+	cfg.Metrics = h.metrics
+	h.mon = New(fsys, h.src, cfg)
+	ch, unsubscribe := h.mon.Subscribe()
+	h.changes = ch
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.mon.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		unsubscribe()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	select {
+	case <-h.mon.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	if c := h.next(); !hasTrigger(c, TriggerStartup) {
+		t.Fatalf("first change %v, want the startup model", c.Triggers)
+	}
+	return &sysfsHarness{harness: h, tree: tree, seq: 7000}
+}
+
+// memoryEvent sends the uevent the kernel sends for memory block id, with
+// the next SEQNUM, and returns that SEQNUM.
+func (h *sysfsHarness) memoryEvent(action uevent.Action, id int) uint64 {
+	h.seq++
+	devpath := fmt.Sprintf("/devices/system/memory/memory%d", id)
+	seq := strconv.FormatUint(h.seq, 10)
+	h.src.ch <- result{ev: uevent.Event{
+		Action:    action,
+		DevPath:   devpath,
+		Subsystem: "memory",
+		Seqnum:    h.seq,
+		Env: map[string]string{
+			"ACTION": action.String(), "DEVPATH": devpath, "SUBSYSTEM": "memory", "SEQNUM": seq,
+		},
+		Received: time.Now(),
+	}}
+	return h.seq
+}
+
+// setBlock brings memory block id of node online or takes it offline as
+// the kernel does: the block's state and valid_zones, then MemTotal of
+// the node and of the machine, up or down by the block size.
+func (h *sysfsHarness) setBlock(id, node int, online bool) {
+	h.t.Helper()
+	state, delta := topology.BlockOffline, -int64(blockKB)
+	if online {
+		state, delta = topology.BlockOnline, blockKB
+	}
+	h.tree.SetBlockState(id, state)
+	h.tree.SetNodeMemTotalKB(node, uint64(int64(h.tree.NodeMemTotalKB(node))+delta))
+	h.tree.SetMemTotalKB(uint64(int64(h.tree.MemTotalKB()) + delta))
+}
+
+// capacity returns the monitor's current capacity.
+func (h *sysfsHarness) capacity() topology.Capacity {
+	_, c := h.mon.Snapshot()
+	return c
+}
+
+func kinds(c Change) []string {
+	var ks []string
+	for _, ch := range c.Changes {
+		ks = append(ks, ch.Kind)
+	}
+	return ks
+}
+
+// checkChange fails the test unless c was caused by uevents alone, has
+// exactly the kinds want, in Diff's order, and moved memory by delta bytes
+// on the machine and on node1.
+func checkChange(t *testing.T, c Change, before topology.Capacity, delta int64, want ...string) {
+	t.Helper()
+	if got := kinds(c); !slices.Equal(got, want) {
+		t.Errorf("change kinds %v, want %v (%s)", got, want, c.Changes)
+	}
+	if !slices.Equal(c.Triggers, []Trigger{TriggerUevent}) || c.LatencySeconds <= 0 {
+		t.Errorf("triggers %v latency %v: want uevent alone, with a latency", c.Triggers, c.LatencySeconds)
+	}
+	if got, want := int64(c.Capacity.Memory)-int64(before.Memory), delta; got != want {
+		t.Errorf("capacity memory moved by %d bytes, want %d", got, want)
+	}
+	if got, want := int64(c.Capacity.Nodes[1].Memory)-int64(before.Nodes[1].Memory), delta; got != want {
+		t.Errorf("node1 memory moved by %d bytes, want %d", got, want)
+	}
+	if c.Capacity.Nodes[0].Memory != before.Nodes[0].Memory || c.Capacity.CPU != before.CPU {
+		t.Errorf("node0 memory %d cpu %d, want them unchanged (%d, %d)",
+			c.Capacity.Nodes[0].Memory, c.Capacity.CPU, before.Nodes[0].Memory, before.CPU)
+	}
+}
+
+func TestSysfsMemoryBlockOffline(t *testing.T) {
+	h := startSysfs(t, Config{MemPoll: -1, Resync: -1})
+	before := h.capacity()
+	h.setBlock(63, 1, false)
+	seq := h.memoryEvent(uevent.ActionOffline, 63)
+	c := h.next()
+	checkChange(t, c, before, -int64(h.tree.BlockSize()),
+		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOffline, topology.ChangeMemTotal)
+	if c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
+		t.Errorf("events %d seqnums %q, want 1 and %d", c.Events, c.Seqnums.String(), seq)
+	}
+	if d := c.Changes[1].Detail; d != "memory block 63 offline" {
+		t.Errorf("detail %q, want \"memory block 63 offline\"", d)
+	}
+	snap, _ := h.mon.Snapshot()
+	if b := snap.MemoryBlocks[63]; b.State != topology.BlockOffline || b.Zone != "Movable" || b.Node != 1 {
+		t.Errorf("block 63 %+v, want offline, default zone Movable, node 1", b)
+	}
+	if got := testutil.ToFloat64(h.metrics.ModelChanges.WithLabelValues(topology.ChangeMemoryBlockOffline)); got != 1 {
+		t.Errorf("memory_block_offline changes counted %v, want 1", got)
+	}
+	h.none()
+}
+
+func TestSysfsMemoryBlockOnlineAgain(t *testing.T) {
+	h := startSysfs(t, Config{MemPoll: -1, Resync: -1})
+	start := h.capacity()
+	h.setBlock(63, 1, false)
+	h.memoryEvent(uevent.ActionOffline, 63)
+	offline := h.next().Capacity
+
+	h.setBlock(63, 1, true)
+	seq := h.memoryEvent(uevent.ActionOnline, 63)
+	c := h.next()
+	checkChange(t, c, offline, int64(h.tree.BlockSize()),
+		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOnline, topology.ChangeMemTotal)
+	if !reflect.DeepEqual(c.Capacity, start) {
+		t.Errorf("capacity after the block came back\n got %+v\nwant %+v", c.Capacity, start)
+	}
+	if c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
+		t.Errorf("events %d seqnums %q, want 1 and %d", c.Events, c.Seqnums.String(), seq)
+	}
+	if d := c.Changes[1].Detail; d != "memory block 63 online (Movable)" {
+		t.Errorf("detail %q, want \"memory block 63 online (Movable)\"", d)
+	}
+	h.none()
+}
+
+// A 64 GiB DIMM plugged into node1: 512 blocks added offline, each with
+// its add uevent, then each onlined with its online uevent, MemTotal
+// growing block by block. The loop must rebuild once for the 1024 events.
+func TestSysfsDIMMHotAddIsOneChange(t *testing.T) {
+	// The quiet window is far longer than the gap between two events,
+	// even with the race detector on a loaded machine.
+	h := startSysfs(t, Config{Quiet: time.Second, MaxWait: 15 * time.Second, MemPoll: -1, Resync: -1})
+	before := h.capacity()
+	const first, n = 64, 512
+	firstSeq := h.seq + 1
+	for id := first; id < first+n; id++ {
+		h.tree.AddBlocks(id, 1, 1, topology.BlockOffline, "Movable Normal")
+		h.memoryEvent(uevent.ActionAdd, id)
+	}
+	for id := first; id < first+n; id++ {
+		h.setBlock(id, 1, true)
+		h.memoryEvent(uevent.ActionOnline, id)
+	}
+	c := h.next()
+	checkChange(t, c, before, n*int64(h.tree.BlockSize()),
+		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockAdded, topology.ChangeMemTotal)
+	if c.Events != 2*n {
+		t.Errorf("change has %d events, want %d", c.Events, 2*n)
+	}
+	wantSeq := fmt.Sprintf("%d-%d", firstSeq, firstSeq+2*n-1)
+	if got := c.Seqnums.String(); got != wantSeq || len(c.Seqnums.Ranges) != 1 || c.Seqnums.Count != 2*n {
+		t.Errorf("seqnums %q (%d ranges, count %d), want %s", got, len(c.Seqnums.Ranges), c.Seqnums.Count, wantSeq)
+	}
+	if d := c.Changes[1].Detail; d != "memory blocks 64-575 added (online)" {
+		t.Errorf("detail %q, want \"memory blocks 64-575 added (online)\"", d)
+	}
+	r, err := h.mon.Resync(context.Background())
+	if err != nil || r.Changed {
+		t.Fatalf("Resync after the burst = %+v, %v; want unchanged", r, err)
+	}
+	select {
+	case c := <-h.changes:
+		t.Errorf("a second change #%d: %s", c.ID, c.Changes)
+	default:
+	}
+	for _, res := range []string{"changed", "unchanged"} {
+		if got := testutil.ToFloat64(h.metrics.Rebuilds.WithLabelValues("uevent", res)); got != map[string]float64{"changed": 1}[res] {
+			t.Errorf("%s uevent rebuilds = %v, want one changed and no other", res, got)
+		}
+	}
+	if st := h.mon.Stats(); st.Uevents != 2*n || st.Changes != 2 {
+		t.Errorf("stats: %d uevents, %d changes; want %d and 2", st.Uevents, st.Changes, 2*n)
+	}
+}
+
+// A balloon inflates: MemTotal drops with no uevent; the MemTotal watch
+// must see it.
+func TestSysfsBalloonWithoutUevent(t *testing.T) {
+	h := startSysfs(t, Config{MemPoll: 10 * time.Millisecond, Resync: -1})
+	before := h.capacity()
+	const takenKB = 300000 // page granular, not a block multiple
+	// The node first: the watch reads /proc/meminfo only, so the rebuild
+	// it starts sees both.
+	h.tree.SetNodeMemTotalKB(1, h.tree.NodeMemTotalKB(1)-takenKB)
+	h.tree.SetMemTotalKB(h.tree.MemTotalKB() - takenKB)
+	c := h.next()
+	if !slices.Equal(c.Triggers, []Trigger{TriggerMemTotal}) || c.Events != 0 || c.Seqnums.Count != 0 {
+		t.Errorf("triggers %v, %d events, seqnums %q: want memtotal alone and no uevents", c.Triggers, c.Events, c.Seqnums.String())
+	}
+	if got, want := kinds(c), []string{topology.ChangeNodeMemTotal, topology.ChangeMemTotal}; !slices.Equal(got, want) {
+		t.Errorf("change kinds %v, want %v", got, want)
+	}
+	if got, want := c.Capacity.Memory, before.Memory-takenKB*1024; got != want {
+		t.Errorf("capacity memory %d, want %d", got, want)
+	}
+	if c.LatencySeconds <= 0 {
+		t.Errorf("latency %v, want the time since the poll saw the change", c.LatencySeconds)
+	}
+	h.none()
+}
+
+// Uevents that claim memory changes the tree does not show change nothing.
+func TestSysfsForgedMemoryEvents(t *testing.T) {
+	h := startSysfs(t, Config{MemPoll: -1, Resync: -1})
+	before := h.capacity()
+	h.memoryEvent(uevent.ActionOffline, 63)
+	h.memoryEvent(uevent.ActionRemove, 63)
+	h.memoryEvent(uevent.ActionAdd, 4096)
+	waitFor(t, func() bool { return h.mon.Stats().Uevents == 3 && h.mon.Stats().Rebuilds >= 2 })
+	h.none()
+	snap, capac := h.mon.Snapshot()
+	if !reflect.DeepEqual(capac, before) || snap.MemoryBlocks[63].State != topology.BlockOnline || len(snap.MemoryBlocks) != 64 {
+		t.Errorf("the model changed: capacity %+v, block 63 %+v, %d blocks", capac, snap.MemoryBlocks[63], len(snap.MemoryBlocks))
+	}
+	if st := h.mon.Stats(); st.Changes != 1 {
+		t.Errorf("%d changes, want only the startup one", st.Changes)
+	}
+	if got := testutil.ToFloat64(h.metrics.Rebuilds.WithLabelValues("uevent", "changed")); got != 0 {
+		t.Errorf("changed uevent rebuilds = %v, want 0", got)
+	}
+}
+
+// A DIMM unplugged from node1 in one go: its 8 movable blocks offlined,
+// then removed, each with its uevent.
+func TestSysfsDIMMUnplug(t *testing.T) {
+	h := startSysfs(t, Config{Quiet: time.Second, MaxWait: 15 * time.Second, MemPoll: -1, Resync: -1})
+	before := h.capacity()
+	firstSeq := h.seq + 1
+	for id := 56; id < 64; id++ {
+		h.setBlock(id, 1, false)
+		h.memoryEvent(uevent.ActionOffline, id)
+	}
+	for id := 56; id < 64; id++ {
+		h.tree.RemoveBlocks(id, 1)
+		h.memoryEvent(uevent.ActionRemove, id)
+	}
+	c := h.next()
+	checkChange(t, c, before, -8*int64(h.tree.BlockSize()),
+		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockRemoved, topology.ChangeMemTotal)
+	if want := fmt.Sprintf("%d-%d", firstSeq, firstSeq+15); c.Events != 16 || c.Seqnums.String() != want {
+		t.Errorf("events %d seqnums %q, want 16 and %s", c.Events, c.Seqnums.String(), want)
+	}
+	if d := c.Changes[1].Detail; d != "memory blocks 56-63 removed" {
+		t.Errorf("detail %q, want \"memory blocks 56-63 removed\"", d)
+	}
+	snap, _ := h.mon.Snapshot()
+	if n := len(snap.MemoryBlocks); n != 56 || snap.MemoryBlocks[n-1].ID != 55 {
+		t.Errorf("%d blocks left, the last %+v; want 0-55", n, snap.MemoryBlocks[n-1])
+	}
+	h.none()
+}
+
+// Blocks offlined earlier and removed later: the removal changes the
+// blocks, not the capacity, and is a change of its own.
+func TestSysfsOfflineBlocksRemovedLater(t *testing.T) {
+	h := startSysfs(t, Config{MemPoll: -1, Resync: -1})
+	before := h.capacity()
+	// Each step changes the tree before its first event, so however the
+	// loop splits the events, its first rebuild sees the whole step.
+	for id := 60; id < 64; id++ {
+		h.setBlock(id, 1, false)
+	}
+	for id := 60; id < 64; id++ {
+		h.memoryEvent(uevent.ActionOffline, id)
+	}
+	offline := h.next()
+	checkChange(t, offline, before, -4*int64(h.tree.BlockSize()),
+		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOffline, topology.ChangeMemTotal)
+
+	h.tree.RemoveBlocks(60, 4)
+	for id := 60; id < 64; id++ {
+		h.memoryEvent(uevent.ActionRemove, id)
+	}
+	c := h.next()
+	checkChange(t, c, offline.Capacity, 0, topology.ChangeMemoryBlockRemoved)
+	if d := c.Changes[0].Detail; d != "memory blocks 60-63 removed" {
+		t.Errorf("detail %q, want \"memory blocks 60-63 removed\"", d)
+	}
+	h.none()
+}
