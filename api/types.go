@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -137,4 +138,18 @@ type Error struct {
 type streamLine struct {
 	monitor.Change
 	Error string `json:"error,omitempty"`
+}
+
+// FormatBytes renders a byte count for people: "23.5GiB", "128.0MiB", "512B".
+func FormatBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return strconv.FormatUint(b, 10) + "B"
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return strconv.FormatFloat(float64(b)/float64(div), 'f', 1, 64) + string("KMGTPE"[exp]) + "iB"
 }

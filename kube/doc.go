@@ -9,4 +9,8 @@
 // strategic-merge status patch, from a single worker that always sends the
 // newest wanted status and retries with backoff, so detection never waits
 // for the API server. It records events through the events.k8s.io/v1 API.
+//
+// The Evictor brings the node's pods back within a shrunken allocatable in
+// the kubelet's memory-pressure order, through the Eviction API so that
+// PodDisruptionBudgets are honoured (see Rank).
 package kube

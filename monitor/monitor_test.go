@@ -116,8 +116,18 @@ type harness struct {
 func start(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	h := &harness{t: t, machine: &fakeMachine{online: topology.CPUSet{0, 1}, memTotal: 4 << 30}, src: newFakeSource(), metrics: metrics.New()}
+	h.run(h.machine, cfg)
+	h.next() // the startup change
+	return h
+}
+
+// run starts the loop over machine, subscribed from the start, and stops
+// it when the test ends.
+func (h *harness) run(machine Machine, cfg Config) {
+	t := h.t
+	t.Helper()
 	cfg.Metrics = h.metrics
-	h.mon = New(h.machine, h.src, cfg)
+	h.mon = New(machine, h.src, cfg)
 	ch, cancel := h.mon.Subscribe()
 	h.changes = ch
 	ctx, stop := context.WithCancel(context.Background())
@@ -140,8 +150,6 @@ func start(t *testing.T, cfg Config) *harness {
 	case err := <-done:
 		t.Fatalf("Run: %v", err)
 	}
-	h.next() // the startup change
-	return h
 }
 
 // next waits for the next change.

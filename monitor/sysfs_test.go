@@ -65,30 +65,7 @@ func startSysfs(t *testing.T, cfg Config) *sysfsHarness {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, src: newFakeSource(), metrics: metrics.New()}
-	cfg.Metrics = h.metrics
-	h.mon = New(fsys, h.src, cfg)
-	ch, unsubscribe := h.mon.Subscribe()
-	h.changes = ch
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.mon.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		unsubscribe()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
-	select {
-	case <-h.mon.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	h.run(fsys, cfg)
 	if c := h.next(); !hasTrigger(c, TriggerStartup) {
 		t.Fatalf("first change %v, want the startup model", c.Triggers)
 	}

@@ -499,15 +499,4 @@ func hugepages(m map[string]uint64) string {
 	return strings.Join(parts, " ")
 }
 
-func bytes(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%dB", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
+func bytes(b uint64) string { return api.FormatBytes(b) }

@@ -369,7 +369,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		"version", version, "mode", info.Mode, "node", o.nodeName, "socket", o.socket, "metrics_address", o.metricsAddress,
 		"sysfs_root", o.sysfsRoot, "procfs_root", o.procfsRoot, "uevents", o.uevents,
 		"cpu", capac.CPU, "memory_bytes", capac.Memory, "cpus_online", snap.CPUs.Online.String())
-	if err := systemd.Ready(fmt.Sprintf("watching %d CPUs, %s memory", capac.CPU, humanBytes(capac.Memory))); err != nil {
+	if err := systemd.Ready(fmt.Sprintf("watching %d CPUs, %s memory", capac.CPU, api.FormatBytes(capac.Memory))); err != nil {
 		log.Warn("tell systemd we are ready", "err", err)
 	}
 
@@ -398,19 +398,6 @@ func firstErr(errs chan error) error {
 	default:
 		return nil
 	}
-}
-
-func humanBytes(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%dB", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), strings.ToUpper("kmgtpe")[exp])
 }
 
 // loadReservations reads the kubelet's reservations. A missing file at the

@@ -1,0 +1,495 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/metrics"
+)
+
+// DefaultEvictionRetryInterval is how long the evictor waits before it
+// tries again after a PodDisruptionBudget refused an eviction or the API
+// server failed, and between checks while evicted pods terminate.
+const DefaultEvictionRetryInterval = 5 * time.Second
+
+// WorkingSetFunc reads a pod's memory working set in bytes from its own
+// cgroup; qos is "guaranteed", "burstable" or "besteffort".
+type WorkingSetFunc func(podUID, qos string) (int64, error)
+
+// EvictorOptions configure the evictor.
+type EvictorOptions struct {
+	// NodeName is the Node whose pods are evicted.
+	NodeName string
+	// WorkingSet reads a pod's working set. When nil the working sets are
+	// unknown: pods are ranked by priority and request only, and each pod
+	// counts its request against allocatable.
+	WorkingSet WorkingSetFunc
+	// ExclusiveCPUs returns the exclusive CPU ids of each pod (by pod UID)
+	// from the CPU manager's checkpoint. Nil: no pod has exclusive CPUs.
+	ExclusiveCPUs func() (map[string][]int, error)
+	// OnlineCPUs returns the CPUs online now. Nil (or an empty set): the
+	// online set is unknown and nobody is evicted for CPU.
+	OnlineCPUs func() []int
+	// Report receives the progress of the newest generation
+	// (Agent.ReportEviction). It is called from Run's goroutine and must
+	// not block.
+	Report func(decide.EvictionReport)
+	// RetryInterval is the wait before retrying after a PodDisruptionBudget
+	// refused an eviction or an API call failed, and between checks while
+	// evicted pods terminate (default DefaultEvictionRetryInterval).
+	RetryInterval time.Duration
+	Logger        *slog.Logger
+	// Metrics counts failed API calls as
+	// resize_errors_total{subsystem="eviction"}.
+	Metrics *metrics.Metrics
+	// Event, when set, records a Node event for each eviction (Relay.Event).
+	Event func(eventType decide.EventType, reason, message string)
+}
+
+// Evictor brings the pods of one Node within the allocatable of a
+// decide.Evict: it lists the node's pods, ranks them with Rank and evicts
+// the victims, in order, through the Eviction API, so that
+// PodDisruptionBudgets are honoured. It is safe for concurrent use; Run
+// must be called once.
+//
+// Each Start carries a generation. A newer generation supersedes the work
+// on an older one at once: the pass in flight is cancelled, and no report
+// is sent for the older generation any more. Progress is reported for the
+// newest generation only: Blocked while a PodDisruptionBudget (or a failing
+// API) stops the next eviction, while pods that may not be evicted still do
+// not fit, or while an evicted pod stays terminating long after its grace
+// period; Done once the remaining pods fit and every pod the evictor
+// evicted is gone (deleted, or in a terminal phase).
+//
+// A PodDisruptionBudget is never bypassed: the eviction is retried after
+// RetryInterval, and the victims further down the ranking wait behind it,
+// so that the kubelet's order is kept.
+type Evictor struct {
+	client kubernetes.Interface
+	opts   EvictorOptions
+	log    *slog.Logger
+	m      *metrics.Metrics
+	now    func() time.Time
+	wake   chan struct{}
+
+	mu     sync.Mutex         // guards want and cancel
+	want   *decide.Evict      // the newest generation asked for; nil before the first Start
+	cancel context.CancelFunc // cancels the pass in flight
+
+	// The work on the current generation; only Run's goroutine uses it.
+	gen      int64
+	done     bool
+	count    int                    // pods evicted for this generation
+	evicted  map[string]string      // UID → namespace/name of the evicted pods not yet seen gone
+	reported *decide.EvictionReport // the last report sent for this generation
+	noted    map[string]bool        // log lines said once per generation
+}
+
+// NewEvictor returns an evictor for the pods of opts.NodeName.
+func NewEvictor(client kubernetes.Interface, opts EvictorOptions) *Evictor {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = DefaultEvictionRetryInterval
+	}
+	return &Evictor{
+		client:  client,
+		opts:    opts,
+		log:     opts.Logger.With("node", opts.NodeName),
+		m:       opts.Metrics,
+		now:     time.Now,
+		wake:    make(chan struct{}, 1),
+		evicted: map[string]string{},
+	}
+}
+
+// Start asks for the pods to be brought within ev.Allocatable. It never
+// blocks. An ev whose generation is not newer than the newest one started
+// is ignored; a newer one cancels the pass in flight. ctx only gates the
+// request (a done ctx drops it): the work runs under Run's context.
+func (e *Evictor) Start(ctx context.Context, ev decide.Evict) {
+	if ctx.Err() != nil {
+		return
+	}
+	ev.Capacity, ev.Allocatable = ev.Capacity.Clone(), ev.Allocatable.Clone()
+	e.mu.Lock()
+	if e.want != nil && ev.Generation <= e.want.Generation {
+		old := e.want.Generation
+		e.mu.Unlock()
+		e.log.Debug("eviction request ignored: not newer than the one in hand", "generation", ev.Generation, "current", old)
+		return
+	}
+	e.want = &ev
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run works on the newest eviction request until ctx is done. It is the
+// evictor's only worker; it always returns nil.
+func (e *Evictor) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+		e.mu.Lock()
+		var ev decide.Evict
+		have := e.want != nil
+		if have {
+			ev = *e.want
+		}
+		pass, cancel := context.WithCancel(ctx)
+		e.cancel = cancel
+		e.mu.Unlock()
+		if !have {
+			cancel()
+			continue
+		}
+		if ev.Generation != e.gen || e.noted == nil {
+			// The pods evicted for an older generation stay in e.evicted:
+			// they are waited for until they are gone.
+			e.gen, e.done, e.reported, e.count = ev.Generation, false, nil, 0
+			e.noted = map[string]bool{}
+			e.log.Info("bringing pods within allocatable", "generation", ev.Generation,
+				"allocatable", ev.Allocatable.String(), "reason", ev.Reason)
+		}
+		if e.done {
+			cancel()
+			continue
+		}
+		after := e.pass(pass, ev)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case after < 0:
+			select {
+			case e.wake <- struct{}{}:
+			default:
+			}
+		case after > 0:
+			timer.Reset(after)
+		}
+	}
+}
+
+// pass makes one round of progress on ev. It returns when to come back:
+// 0 for never (done, or superseded), a negative value for at once.
+func (e *Evictor) pass(ctx context.Context, ev decide.Evict) time.Duration {
+	retry := e.opts.RetryInterval
+	pods, err := e.listPods(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		e.m.ResizeErrors.WithLabelValues("eviction").Inc()
+		e.log.Warn("list the node's pods; will retry", "err", err, "in", retry)
+		return retry
+	}
+
+	usages, leaving := e.usages(pods)
+	var online []int
+	if e.opts.OnlineCPUs != nil {
+		online = e.opts.OnlineCPUs()
+	}
+	var exclusive map[string][]int
+	if e.opts.ExclusiveCPUs != nil {
+		if exclusive, err = e.opts.ExclusiveCPUs(); err != nil {
+			e.once("exclusive", slog.LevelWarn, "read the CPU manager's exclusive CPUs; no pod is evicted for CPU", "err", err)
+			exclusive = nil
+		}
+	}
+	e.noteProtectedOnOfflineCPUs(usages, online, exclusive)
+
+	victims, fits := Rank(usages, ev.Allocatable, online, exclusive)
+	if len(victims) == 0 {
+		switch {
+		case len(leaving) > 0:
+			if stuck := e.stuck(leaving); stuck != "" {
+				e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: stuck})
+			} else {
+				e.report(decide.EvictionReport{Generation: ev.Generation})
+			}
+			e.log.Debug("waiting for evicted pods to terminate", "generation", ev.Generation, "pods", len(leaving))
+			return retry
+		case fits:
+			e.done = true
+			e.report(decide.EvictionReport{Generation: ev.Generation, Done: true})
+			e.log.Info("pods fit the allocatable", "generation", ev.Generation,
+				"allocatable", ev.Allocatable.String(), "evicted", e.count)
+			return 0
+		default:
+			msg := cannotFit(usages, ev.Allocatable)
+			e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: msg})
+			e.once("cannot-fit", slog.LevelWarn, "pods that may not be evicted do not fit the allocatable", "generation", ev.Generation, "why", msg)
+			return retry
+		}
+	}
+
+	for _, v := range victims {
+		if ctx.Err() != nil {
+			return 0
+		}
+		err := e.evict(ctx, v)
+		if err == nil {
+			e.evicted[v.UID] = v.String() // to be waited for, whatever generation comes next
+		}
+		if ctx.Err() != nil {
+			return 0 // superseded, or shutting down: the next pass looks again
+		}
+		switch {
+		case err == nil:
+			e.count++
+			msg := fmt.Sprintf("Evicted pod %s: %s", v, v.Why)
+			e.log.Info("evicted pod", "pod", v.String(), "uid", v.UID, "reason", decide.EvictionReason,
+				"why", v.Why, "generation", ev.Generation)
+			if e.opts.Event != nil {
+				e.opts.Event(decide.EventWarning, decide.EvictionReason, msg)
+			}
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone already (or replaced by a new pod of the same name,
+			// which the UID precondition refuses): its memory is free.
+			e.log.Info("pod to evict is already gone", "pod", v.String(), "uid", v.UID, "generation", ev.Generation)
+		default:
+			if msg, ok := disruptionBudgetMessage(err); ok {
+				blocked := fmt.Sprintf("pod %s: eviction blocked by a PodDisruptionBudget: %s", v, msg)
+				e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: blocked})
+				e.log.Warn("eviction blocked by a PodDisruptionBudget; will retry", "pod", v.String(),
+					"message", msg, "generation", ev.Generation, "in", retry)
+				return retry
+			}
+			e.m.ResizeErrors.WithLabelValues("eviction").Inc()
+			e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: fmt.Sprintf("pod %s: eviction failed: %v", v, err)})
+			e.log.Warn("evict pod; will retry", "pod", v.String(), "err", err, "generation", ev.Generation, "in", retry)
+			return retry
+		}
+		e.report(decide.EvictionReport{Generation: ev.Generation}) // proceeding: clears an earlier Blocked
+	}
+	return -1 // look again at once: the evicted pods may be gone already
+}
+
+// listPods lists the node's pods that are not terminal.
+func (e *Evictor) listPods(ctx context.Context) ([]corev1.Pod, error) {
+	sel := fields.AndSelectors(
+		fields.OneTermEqualSelector("spec.nodeName", e.opts.NodeName),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+	).String()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	list, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", e.opts.NodeName, err)
+	}
+	pods := list.Items[:0]
+	for _, p := range list.Items {
+		// The field selector already says so; checking again costs
+		// nothing and keeps a lenient server from widening the set.
+		if p.Spec.NodeName == e.opts.NodeName && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}
+
+// usages describes the pods for Rank. Pods already terminating are left
+// out: their memory is on its way back. The ones the evictor evicted are
+// returned as leaving, to be waited for; those no longer listed are
+// forgotten.
+func (e *Evictor) usages(pods []corev1.Pod) (usages []PodUsage, leaving []*corev1.Pod) {
+	listed := make(map[string]bool, len(pods))
+	for i := range pods {
+		listed[string(pods[i].UID)] = true
+	}
+	for uid := range e.evicted {
+		if !listed[uid] {
+			delete(e.evicted, uid)
+		}
+	}
+	var unread int
+	var firstErr error
+	for i := range pods {
+		p := &pods[i]
+		if _, ours := e.evicted[string(p.UID)]; ours {
+			leaving = append(leaving, p)
+			continue
+		}
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		u := podUsageOf(p)
+		if e.opts.WorkingSet != nil {
+			ws, err := e.opts.WorkingSet(u.UID, u.QOS)
+			if err == nil {
+				u.WorkingSet, u.WorkingSetKnown = ws, true
+			} else {
+				unread++
+				if firstErr == nil {
+					firstErr = fmt.Errorf("pod %s: %w", u, err)
+				}
+			}
+		}
+		usages = append(usages, u)
+	}
+	switch {
+	case e.opts.WorkingSet == nil:
+		e.once("no-working-sets", slog.LevelInfo, "working sets unknown (no cgroup reader): ranking by priority and memory request only; each pod counts its request")
+	case unread > 0:
+		e.once("unread-working-sets", slog.LevelInfo, "working sets unreadable for some pods: they count their request and rank first, as the kubelet ranks pods without stats",
+			"pods", unread, "err", firstErr)
+	}
+	return usages, leaving
+}
+
+// evict asks the API server to evict one pod, with the pod's own grace
+// period, and only the pod that was ranked (a UID precondition).
+func (e *Evictor) evict(ctx context.Context, v PodUsage) error {
+	uid := types.UID(v.UID)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err := e.client.PolicyV1().Evictions(v.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	})
+	if err != nil {
+		return fmt.Errorf("evict pod %s: %w", v, err)
+	}
+	return nil
+}
+
+// disruptionBudgetMessage reports whether err is a PodDisruptionBudget's
+// refusal (429 Too Many Requests, or any refusal carrying a DisruptionBudget
+// cause) and returns the server's message with its causes.
+func disruptionBudgetMessage(err error) (string, bool) {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	st := se.Status()
+	pdb := st.Code == http.StatusTooManyRequests || st.Reason == metav1.StatusReasonTooManyRequests
+	var causes []string
+	if st.Details != nil {
+		for _, c := range st.Details.Causes {
+			if c.Type == policyv1.DisruptionBudgetCause {
+				pdb = true
+				if c.Message != "" {
+					causes = append(causes, c.Message)
+				}
+			}
+		}
+	}
+	if !pdb {
+		return "", false
+	}
+	msg := st.Message
+	if len(causes) > 0 {
+		msg = strings.TrimSpace(msg + " " + strings.Join(causes, "; "))
+	}
+	return msg, true
+}
+
+// stuck says which evicted pod is still terminating well past its grace
+// period (the kubelet may be down), or "" when none is.
+func (e *Evictor) stuck(leaving []*corev1.Pod) string {
+	const slack = 30 * time.Second
+	now := e.now()
+	for _, p := range leaving {
+		if p.DeletionTimestamp == nil {
+			continue
+		}
+		deadline := p.DeletionTimestamp.Time.Add(slack) // the timestamp already includes the grace period
+		if now.After(deadline) {
+			return fmt.Sprintf("pod %s/%s was evicted but is still terminating %s after its grace period ended",
+				p.Namespace, p.Name, now.Sub(p.DeletionTimestamp.Time).Round(time.Second))
+		}
+	}
+	return ""
+}
+
+// cannotFit explains why the pods still do not fit when no pod is left to
+// evict.
+func cannotFit(usages []PodUsage, allocatable decide.Resources) string {
+	var total, protected int64
+	for _, u := range usages {
+		total += u.Footprint()
+		if u.Protected != "" {
+			protected += u.Footprint()
+		}
+	}
+	return fmt.Sprintf("the pods that may not be evicted (static, mirror, system-critical) hold %s of memory; all pods hold %s, over allocatable memory %s",
+		decide.FormatAmount(decide.ResourceMemory, protected), decide.FormatAmount(decide.ResourceMemory, total),
+		decide.FormatAmount(decide.ResourceMemory, allocatable[decide.ResourceMemory]))
+}
+
+// noteProtectedOnOfflineCPUs logs, once per generation, the protected pods
+// whose exclusive CPUs went offline: they are not evicted.
+func (e *Evictor) noteProtectedOnOfflineCPUs(usages []PodUsage, online []int, exclusive map[string][]int) {
+	if len(online) == 0 || len(exclusive) == 0 {
+		return
+	}
+	set := make(map[int]bool, len(online))
+	for _, c := range online {
+		set[c] = true
+	}
+	for _, u := range usages {
+		if u.Protected == "" || u.QOS != qosGuaranteedName {
+			continue
+		}
+		if gone := offlineCPUs(exclusive[u.UID], set); len(gone) > 0 {
+			e.once("cpu/"+u.UID, slog.LevelWarn, "exclusive CPUs of a pod that may not be evicted are offline; leaving it",
+				"pod", u.String(), "cpus", cpuList(gone), "why", u.Protected)
+		}
+	}
+}
+
+// report sends r unless it is what was sent last.
+func (e *Evictor) report(r decide.EvictionReport) {
+	if e.reported != nil && *e.reported == r {
+		return
+	}
+	e.reported = &r
+	if e.opts.Report != nil {
+		e.opts.Report(r)
+	}
+}
+
+// once logs a line once per generation.
+func (e *Evictor) once(key string, level slog.Level, msg string, args ...any) {
+	if e.noted[key] {
+		return
+	}
+	e.noted[key] = true
+	e.log.Log(context.Background(), level, msg, args...)
+}
