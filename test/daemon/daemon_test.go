@@ -165,32 +165,22 @@ func TestCLIAgainstDaemon(t *testing.T) {
 	}
 }
 
-const cpu1 = "/sys/devices/system/cpu/cpu1/online"
-
-func setCPU1(online bool) error {
-	v := "0"
-	if online {
-		v = "1"
-	}
-	return os.WriteFile(cpu1, []byte(v), 0o644)
-}
-
-// TestRealCPUHotplug takes cpu1 offline and back with the real kernel and
+// TestRealCPUHotplug takes daemontest.CPU1Online offline and back with the real kernel and
 // checks that the daemon's socket follows, measuring the detection latency.
 func TestRealCPUHotplug(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to write " + cpu1)
+		t.Skip("needs root to write " + daemontest.CPU1Online)
 	}
-	if b, err := os.ReadFile(cpu1); err != nil {
-		t.Skipf("cpu1 cannot be offlined on this machine: %v", err)
+	if b, err := os.ReadFile(daemontest.CPU1Online); err != nil {
+		t.Skipf("daemontest.CPU1Online cannot be offlined on this machine: %v", err)
 	} else if strings.TrimSpace(string(b)) != "1" {
-		if err := setCPU1(true); err != nil {
-			t.Fatalf("bring cpu1 online before the test: %v", err)
+		if err := daemontest.SetCPU1(true); err != nil {
+			t.Fatalf("bring daemontest.CPU1Online online before the test: %v", err)
 		}
 	}
 	t.Cleanup(func() {
-		if err := setCPU1(true); err != nil {
-			t.Errorf("restore cpu1 online: %v", err)
+		if err := daemontest.SetCPU1(true); err != nil {
+			t.Errorf("restore daemontest.CPU1Online online: %v", err)
 		}
 	})
 	cycles := 20
@@ -210,7 +200,7 @@ func TestRealCPUHotplug(t *testing.T) {
 	cpus := st.Physical["cpu"]
 	initial := cpus.Value()
 	if !st.CPUs.Online.Contains(1) {
-		t.Fatalf("cpu1 not online at start: %s", st.CPUs.Online)
+		t.Fatalf("daemontest.CPU1Online not online at start: %s", st.CPUs.Online)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -240,8 +230,8 @@ func TestRealCPUHotplug(t *testing.T) {
 
 	var offLat, onLat []time.Duration
 	for i := range cycles {
-		if err := setCPU1(false); err != nil {
-			t.Fatalf("cycle %d: offline cpu1: %v", i, err)
+		if err := daemontest.SetCPU1(false); err != nil {
+			t.Fatalf("cycle %d: offline daemontest.CPU1Online: %v", i, err)
 		}
 		c := await(initial-1, "cpu_offline")
 		if c.Events < 1 || c.Seqnums.Count < 1 {
@@ -255,11 +245,11 @@ func TestRealCPUHotplug(t *testing.T) {
 			}
 			q := st.Physical["cpu"]
 			if q.Value() != initial-1 || st.CPUs.Online.Contains(1) {
-				t.Errorf("status after offline: cpu %s online %s; want %d without cpu1", q.String(), st.CPUs.Online, initial-1)
+				t.Errorf("status after offline: cpu %s online %s; want %d without daemontest.CPU1Online", q.String(), st.CPUs.Online, initial-1)
 			}
 		}
-		if err := setCPU1(true); err != nil {
-			t.Fatalf("cycle %d: online cpu1: %v", i, err)
+		if err := daemontest.SetCPU1(true); err != nil {
+			t.Fatalf("cycle %d: online daemontest.CPU1Online: %v", i, err)
 		}
 		c = await(initial, "cpu_online")
 		onLat = append(onLat, c.Latency())
@@ -269,7 +259,7 @@ func TestRealCPUHotplug(t *testing.T) {
 		t.Fatal(err)
 	}
 	if q := st.Physical["cpu"]; q.Value() != initial || !st.CPUs.Online.Contains(1) {
-		t.Errorf("status at the end: cpu %s online %s; want %d with cpu1", q.String(), st.CPUs.Online, initial)
+		t.Errorf("status at the end: cpu %s online %s; want %d with daemontest.CPU1Online", q.String(), st.CPUs.Online, initial)
 	}
 	all := append(append([]time.Duration(nil), offLat...), onLat...)
 	t.Logf("detection latency over %d offline/online cycles (uevent arrival to updated model, --coalesce-quiet 20ms):", cycles)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/node-resized/node-resized/test/internal/daemontest"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/topology/topologytest"
 )
@@ -118,31 +119,21 @@ func TestDIMMBurstIsOnePatch(t *testing.T) {
 	}
 }
 
-const cpu1Online = "/sys/devices/system/cpu/cpu1/online"
-
-func setCPU1(online bool) error {
-	v := "0"
-	if online {
-		v = "1"
-	}
-	return os.WriteFile(cpu1Online, []byte(v), 0o644)
-}
-
 // TestRealCPUHotplugToPatch takes cpu1 of this machine offline and back
 // and measures the time from the kernel's uevent to the API server's
 // acknowledgement of the Node status patch.
 func TestRealCPUHotplugToPatch(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to write " + cpu1Online)
+		t.Skip("needs root to write " + daemontest.CPU1Online)
 	}
-	if _, err := os.Stat(cpu1Online); err != nil {
+	if _, err := os.Stat(daemontest.CPU1Online); err != nil {
 		t.Skipf("cpu1 cannot be offlined on this machine: %v", err)
 	}
-	if err := setCPU1(true); err != nil {
+	if err := daemontest.SetCPU1(true); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := setCPU1(true); err != nil {
+		if err := daemontest.SetCPU1(true); err != nil {
 			t.Errorf("restore cpu1: %v", err)
 		}
 	})
@@ -161,11 +152,11 @@ func TestRealCPUHotplugToPatch(t *testing.T) {
 	e.waitState(capac.CPU, "Accepted")
 	before := len(e.d.Stderr.Records("Node status patched"))
 	for range cycles {
-		if err := setCPU1(false); err != nil {
+		if err := daemontest.SetCPU1(false); err != nil {
 			t.Fatal(err)
 		}
 		e.waitState(capac.CPU-1, "Accepted")
-		if err := setCPU1(true); err != nil {
+		if err := daemontest.SetCPU1(true); err != nil {
 			t.Fatal(err)
 		}
 		e.waitState(capac.CPU, "Accepted")

@@ -149,3 +149,15 @@ func (d *Daemon) Kill() {
 
 // Done receives the exit error when the process exits on its own.
 func (d *Daemon) Done() <-chan error { return d.done }
+
+// CPU1Online is the file that takes cpu1 offline and back.
+const CPU1Online = "/sys/devices/system/cpu/cpu1/online"
+
+// SetCPU1 takes cpu1 offline or brings it back through the kernel.
+func SetCPU1(online bool) error {
+	v := "0"
+	if online {
+		v = "1"
+	}
+	return os.WriteFile(CPU1Online, []byte(v), 0o644)
+}
