@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -85,8 +86,10 @@ type Status struct {
 type Relay struct {
 	opts   Options
 	client kubernetes.Interface
-	log    *slog.Logger
-	m      *metrics.Metrics
+	// evictClient is client without client-go's retries of a 429.
+	evictClient kubernetes.Interface
+	log         *slog.Logger
+	m           *metrics.Metrics
 
 	events   events.EventBroadcaster
 	recorder events.EventRecorder
@@ -138,7 +141,41 @@ func Connect(opts Options) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	return New(client, opts), nil
+	// Evictions get a client that does not sit out a refusal: client-go
+	// retries a 429 with Retry-After up to ten times, which would hide a
+	// PodDisruptionBudget's refusal for minutes. The evictor retries on
+	// its own schedule and reports the block meanwhile.
+	ecfg := rest.CopyConfig(cfg)
+	ecfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return noRetryAfter{rt} })
+	eclient, err := kubernetes.NewForConfig(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	r := New(client, opts)
+	r.evictClient = eclient
+	return r, nil
+}
+
+// noRetryAfter drops Retry-After from 429 answers so that client-go hands
+// the refusal back at once instead of retrying it.
+type noRetryAfter struct{ rt http.RoundTripper }
+
+func (n noRetryAfter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := n.rt.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		resp.Header.Del("Retry-After")
+	}
+	return resp, err
+}
+
+// EvictionClient returns the API client for the evictor: a 429 (a
+// PodDisruptionBudget's refusal) comes back at once, not after client-go's
+// retries.
+func (r *Relay) EvictionClient() kubernetes.Interface {
+	if r.evictClient != nil {
+		return r.evictClient
+	}
+	return r.client
 }
 
 // GetNode reads the Node as raw JSON.

@@ -94,6 +94,7 @@ type options struct {
 	kubeletConfigDir string
 	stateFile        string
 	memoryJitter     string
+	evict            bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -124,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
 	fs.StringVar(&o.stateFile, "state-file", agent.DefaultStatePath, "where the decision state is kept across restarts (an emergency clamp survives a restart)")
 	fs.StringVar(&o.memoryJitter, "memory-jitter", "100Mi", "memory drift that is not a change")
+	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
 		fs.PrintDefaults()
@@ -254,9 +256,11 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	// Kubernetes mode: read the reservations and the Node's configured
 	// capacity before the hardware (bootstrap parity).
 	var (
-		relay *kube.Relay
-		agt   *agent.Agent
-		onChg func(monitor.Change, *topology.Snapshot)
+		relay   *kube.Relay
+		evictor *kube.Evictor
+		agt     *agent.Agent
+		mon     *monitor.Monitor
+		onChg   func(monitor.Change, *topology.Snapshot)
 	)
 	if !o.standalone {
 		var err error
@@ -269,13 +273,30 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 			return err
 		}
 		jitter := resource.MustParse(o.memoryJitter)
-		agt = agent.New(agent.Config{
+		cfg := agent.Config{
 			Reservations: res,
 			JitterMemory: jitter.Value(),
 			StatePath:    o.stateFile,
 			Logger:       log,
 			Metrics:      m,
-		}, relay)
+		}
+		if o.evict {
+			evictor = kube.NewEvictor(relay.EvictionClient(), kube.EvictorOptions{
+				NodeName: o.nodeName,
+				OnlineCPUs: func() []int {
+					if snap, _ := mon.Snapshot(); snap != nil {
+						return snap.CPUs.Online
+					}
+					return nil
+				},
+				Report:  func(r decide.EvictionReport) { agt.ReportEviction(r) },
+				Event:   relay.Event,
+				Logger:  log,
+				Metrics: m,
+			})
+			cfg.Evictor = evictor
+		}
+		agt = agent.New(cfg, relay)
 		gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
 		v, err := relay.GetNode(gctx)
 		gcancel()
@@ -291,7 +312,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		onChg = agt.OnChange
 	}
 
-	mon := monitor.New(fsys, src, monitor.Config{
+	mon = monitor.New(fsys, src, monitor.Config{
 		Quiet:    o.quiet,
 		MaxWait:  o.maxWait,
 		MemPoll:  disabledIfZero(o.memPoll),
@@ -338,6 +359,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		info.Kubernetes = func() *api.KubernetesStatus { return kubernetesStatus(o.nodeName, agt, relay) }
 		goRun("decision loop", func() error { return agt.Run(ctx) })
 		goRun("API relay", func() error { return relay.Run(ctx) })
+		if evictor != nil {
+			goRun("evictor", func() error { return evictor.Run(ctx) })
+		}
 		goRun("Node watch", func() error {
 			return relay.Watch(ctx, func(v kube.NodeView) {
 				agt.OnNode(v)

@@ -134,7 +134,10 @@ type KubeletOptions struct {
 //   - it renews its Lease in kube-node-lease with the kubelet's lease
 //     controller (k8s.io/component-helpers/apimachinery/lease).
 //
-// It runs no pods: pods bound to its Node stay Pending. The Node carries the
+// It runs no containers. Pods bound to its Node are only reported Running,
+// and a pod being deleted (an eviction) is deleted for good once it could
+// have stopped, as the kubelet's final delete with grace 0 does. The Node
+// carries the
 // annotation [StandInKubeletAnnotation]: "true", its kubelet version ends in
 // "-stand-in" and every log line says "stand-in kubelet".
 //
@@ -294,10 +297,14 @@ func (k *StandInKubelet) startLocked(ctx context.Context) error {
 	leaseDurationSeconds := int32(k.opts.NodeLeaseDuration / time.Second)
 	lc := lease.NewController(clock.RealClock{}, k.client, k.opts.NodeName, leaseDurationSeconds, nil,
 		k.opts.NodeLeaseDuration/4, k.opts.NodeName, corev1.NamespaceNodeLease, k.setNodeOwner(runCtx))
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		lc.Run(runCtx)
+	}()
+	go func() {
+		defer r.wg.Done()
+		k.podLoop(runCtx, 500*time.Millisecond)
 	}()
 	go func() {
 		defer r.wg.Done()

@@ -104,7 +104,10 @@ func setup(t *testing.T, node string, o envOptions) *env {
 	if gap == 0 {
 		gap = cluster.DefaultNodeStatusUpdateFrequency
 	}
-	e.kubelet, err = cluster.StartStandInKubelet(ctx, cluster.KubeletOptions{
+	// The stand-in lives until the test ends, not just through setup.
+	kctx, kcancel := context.WithCancel(context.Background())
+	t.Cleanup(kcancel)
+	e.kubelet, err = cluster.StartStandInKubelet(kctx, cluster.KubeletOptions{
 		NodeName:   node,
 		Kubeconfig: kubeconfig,
 		Machine: cluster.MachineView{Capacity: corev1.ResourceList{

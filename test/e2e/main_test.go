@@ -25,6 +25,7 @@ const (
 	nodeOutage  = "e2e-outage"
 	nodeBurst   = "e2e-burst"
 	nodeHotplug = "e2e-hotplug"
+	nodeEvict   = "e2e-eviction"
 )
 
 var (
@@ -64,7 +65,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)

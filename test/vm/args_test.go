@@ -1,0 +1,86 @@
+package vm
+
+import (
+	"strings"
+	"testing"
+)
+
+func intp(i int) *int { return &i }
+
+func TestDefaultsAndArgs(t *testing.T) {
+	c := Config{Kernel: "k", Initramfs: "i"}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(qemuArgs(c, "/d/console.log", "/s/qmp.sock", "/s/agent.sock"), " ")
+	for _, want := range []string{
+		"-M q35 -accel tcg -cpu max",
+		"-smp 1,maxcpus=4,sockets=4,cores=1,threads=1",
+		"-m 512M,slots=4,maxmem=4096M",
+		"-object memory-backend-ram,id=m0,size=512M -numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3 ",
+		"-qmp unix:/s/qmp.sock,server=on,wait=off",
+		"-chardev socket,id=agent,path=/s/agent.sock",
+		"-device virtserialport,bus=vser0.0,chardev=agent,name=node-resized.agent",
+		"-serial file:/d/console.log",
+		"-no-reboot",
+		"memhp_default_state=offline",
+		"cgroup_no_v1=all",
+		"possible_cpus=9",
+		"lpj=",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args lack %q:\n%s", want, args)
+		}
+	}
+
+	c = Config{Kernel: "k", Initramfs: "i", MaxCPUs: 16, Mem: 1 << 30, Append: "lpj=1",
+		NUMA: []NUMANode{{CPUs: "0-7", Mem: 512 << 20}, {CPUs: "8-15", Mem: 512 << 20}}}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	args = strings.Join(qemuArgs(c, "c", "q", "a"), " ")
+	if strings.Contains(args, "possible_cpus") || strings.Count(args, "lpj=") != 1 {
+		t.Errorf("unexpected cmdline options for 16 CPUs and a preset lpj:\n%s", args)
+	}
+	if !strings.Contains(args, "memdev=m1") {
+		t.Errorf("node 1 memory missing:\n%s", args)
+	}
+
+	for _, bad := range []Config{
+		{Kernel: "k"},
+		{Kernel: "k", Initramfs: "i", CPUs: 5},
+		{Kernel: "k", Initramfs: "i", Mem: 1000},
+		{Kernel: "k", Initramfs: "i", NUMA: []NUMANode{{CPUs: "0", Mem: 256 << 20}}},
+	} {
+		if err := bad.setDefaults(); err == nil {
+			t.Errorf("setDefaults(%+v) accepted a bad config", bad)
+		}
+	}
+}
+
+func TestFreeCPUSlot(t *testing.T) {
+	cpus := []HotpluggableCPU{
+		{Type: "max-x86_64-cpu", Props: CPUProps{NodeID: intp(1), SocketID: intp(3), CoreID: intp(0), ThreadID: intp(0)}},
+		{Type: "max-x86_64-cpu", Props: CPUProps{NodeID: intp(1), SocketID: intp(2), CoreID: intp(0), ThreadID: intp(0)}, QOMPath: "/machine/peripheral/x"},
+		{Type: "max-x86_64-cpu", Props: CPUProps{NodeID: intp(0), SocketID: intp(1), CoreID: intp(0), ThreadID: intp(0)}},
+		{Type: "max-x86_64-cpu", Props: CPUProps{NodeID: intp(0), SocketID: intp(0), CoreID: intp(0), ThreadID: intp(0)}, QOMPath: "/machine/unattached/device[0]"},
+	}
+	slot := freeCPUSlot(cpus, 1)
+	if slot == nil || *slot.Props.SocketID != 3 {
+		t.Fatalf("slot = %+v, want socket 3", slot)
+	}
+	args, err := cpuDeviceArgs(*slot, "c9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args["driver"] != "max-x86_64-cpu" || args["id"] != "c9" || args["socket-id"] != float64(3) ||
+		args["node-id"] != float64(1) || args["thread-id"] != float64(0) {
+		t.Errorf("device_add args %v", args)
+	}
+	if _, ok := args["die-id"]; ok {
+		t.Errorf("absent die-id passed: %v", args)
+	}
+	if freeCPUSlot(cpus[1:2], 1) != nil {
+		t.Error("an occupied slot was offered")
+	}
+}

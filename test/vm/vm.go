@@ -1,0 +1,506 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	mib = 1 << 20
+	gib = 1 << 30
+)
+
+// Default timeouts, used when the caller's context has no deadline.
+const (
+	DefaultBootTimeout = 3 * time.Minute
+	DefaultExecTimeout = 2 * time.Minute
+	DefaultQMPTimeout  = 30 * time.Second
+	DefaultDelTimeout  = 2 * time.Minute
+)
+
+// NUMANode is one guest NUMA node.
+type NUMANode struct {
+	// CPUs is a CPU index range for QEMU's -numa cpus=, e.g. "0-1".
+	// Hot-added CPUs join the node their slot belongs to.
+	CPUs string
+	// Mem is the node's boot memory in bytes (a multiple of 1 MiB); 0
+	// makes a memoryless node, to which DIMMs can still be hot-added.
+	Mem uint64
+}
+
+// Config describes the guest machine. Zero fields take the defaults
+// noted, which give a machine with room to grow: one boot CPU of four,
+// 512 MiB of 4 GiB in four DIMM slots, node 0 with CPUs 0-1 and all boot
+// memory, node 1 with CPUs 2-3 and no memory.
+type Config struct {
+	Kernel    string // kernel image (Kernel.Image); required
+	Initramfs string // from BuildInitramfs; required
+	QEMU      string // default "qemu-system-x86_64" from PATH
+	// Accel is QEMU's -accel value; default "tcg" (nested KVM hangs
+	// during boot on the hosts we run on).
+	Accel string
+	// Dir receives console.log (the guest's serial console) and qemu.log
+	// (QEMU's own output). "" uses a temporary folder that Close removes.
+	Dir     string
+	CPUs    int    // CPUs at boot; default 1
+	MaxCPUs int    // CPU slots; default 4
+	Mem     uint64 // boot memory in bytes, multiple of 1 MiB; default 512 MiB
+	Slots   int    // DIMM slots; default 4
+	MaxMem  uint64 // boot plus hot-pluggable memory; default 4 GiB
+	// NUMA lists the nodes; nil means two nodes that split the CPU slots,
+	// node 0 holding all boot memory; an empty non-nil slice means no
+	// NUMA options at all.
+	NUMA []NUMANode
+	// Append is added to the kernel command line.
+	Append string
+	// ExtraArgs are added to QEMU's arguments.
+	ExtraArgs []string
+}
+
+// VM is a running QEMU guest. Its methods are safe for concurrent use;
+// Exec requests run in the guest one at a time.
+type VM struct {
+	cfg       Config
+	dir       string
+	removeDir bool
+	sockDir   string
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when QEMU has exited and been reaped
+	waitErr   error         // QEMU's exit status; read after exited is closed
+	listener  net.Listener
+	agent     *agentClient
+	qmp       *QMP
+	bootTime  time.Duration
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu      sync.Mutex // guards nextDev and backends
+	nextDev int
+	// backends maps a hot-added DIMM's device id to its memory backend.
+	backends map[string]string
+}
+
+// KernelCmdline is the kernel command line every guest gets, followed by
+// a preset "lpj=" (see presetLPJ), "possible_cpus=9" when MaxCPUs <= 8
+// (see physflatPossibleCPUs) and Config.Append: a serial console,
+// reboot (hence QEMU exit) on panic, hot-added memory left offline, cgroup
+// v2 only.
+const KernelCmdline = "console=ttyS0 panic=-1 memhp_default_state=offline " +
+	"systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
+
+func (c *Config) setDefaults() error {
+	if c.Kernel == "" || c.Initramfs == "" {
+		return errors.New("config: Kernel and Initramfs are required")
+	}
+	if c.QEMU == "" {
+		c.QEMU = "qemu-system-x86_64"
+	}
+	if c.Accel == "" {
+		c.Accel = "tcg"
+	}
+	if c.CPUs == 0 {
+		c.CPUs = 1
+	}
+	if c.MaxCPUs == 0 {
+		c.MaxCPUs = 4
+	}
+	if c.Mem == 0 {
+		c.Mem = 512 * mib
+	}
+	if c.Slots == 0 {
+		c.Slots = 4
+	}
+	if c.MaxMem == 0 {
+		c.MaxMem = 4 * gib
+	}
+	if c.NUMA == nil {
+		if c.MaxCPUs < 2 {
+			c.NUMA = []NUMANode{}
+		} else {
+			half := c.MaxCPUs / 2
+			c.NUMA = []NUMANode{
+				{CPUs: cpuRange(0, half-1), Mem: c.Mem},
+				{CPUs: cpuRange(half, c.MaxCPUs-1)},
+			}
+		}
+	}
+	if c.CPUs > c.MaxCPUs {
+		return fmt.Errorf("config: CPUs %d > MaxCPUs %d", c.CPUs, c.MaxCPUs)
+	}
+	if c.Mem%mib != 0 || c.MaxMem%mib != 0 || c.Mem > c.MaxMem {
+		return fmt.Errorf("config: Mem %d and MaxMem %d must be multiples of 1 MiB, Mem <= MaxMem", c.Mem, c.MaxMem)
+	}
+	if len(c.NUMA) > 0 {
+		var sum uint64
+		for _, n := range c.NUMA {
+			if n.Mem%mib != 0 {
+				return fmt.Errorf("config: NUMA node memory %d is not a multiple of 1 MiB", n.Mem)
+			}
+			sum += n.Mem
+		}
+		if sum != c.Mem {
+			return fmt.Errorf("config: NUMA node memory adds up to %d, Mem is %d", sum, c.Mem)
+		}
+	}
+	return nil
+}
+
+func cpuRange(lo, hi int) string {
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// qemuArgs returns QEMU's command line for a configured machine.
+func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
+	args := []string{
+		"-M", "q35", "-accel", c.Accel, "-cpu", "max",
+		// One CPU per socket: NUMA nodes then never split a socket (which
+		// makes Linux warn that LLC siblings sit on different nodes).
+		"-smp", fmt.Sprintf("%d,maxcpus=%d,sockets=%d,cores=1,threads=1", c.CPUs, c.MaxCPUs, c.MaxCPUs),
+		"-m", fmt.Sprintf("%dM,slots=%d,maxmem=%dM", c.Mem/mib, c.Slots, c.MaxMem/mib),
+	}
+	for i, n := range c.NUMA {
+		node := fmt.Sprintf("node,nodeid=%d", i)
+		if n.CPUs != "" {
+			node += ",cpus=" + n.CPUs
+		}
+		if n.Mem > 0 {
+			args = append(args, "-object", fmt.Sprintf("memory-backend-ram,id=m%d,size=%dM", i, n.Mem/mib))
+			node += fmt.Sprintf(",memdev=m%d", i)
+		}
+		args = append(args, "-numa", node)
+	}
+	cmdline := KernelCmdline
+	if !strings.Contains(c.Append, "lpj=") {
+		cmdline += " " + presetLPJ()
+	}
+	if c.MaxCPUs <= 8 && !strings.Contains(c.Append, "possible_cpus=") {
+		cmdline += " " + physflatPossibleCPUs
+	}
+	if c.Append != "" {
+		cmdline += " " + c.Append
+	}
+	args = append(args,
+		"-kernel", c.Kernel, "-initrd", c.Initramfs, "-append", cmdline,
+		"-nodefaults", "-nographic", "-no-reboot",
+		"-serial", "file:"+consoleLog,
+		"-qmp", "unix:"+qmpSock+",server=on,wait=off",
+		"-chardev", "socket,id=agent,path="+agentSock,
+		"-device", "virtio-serial-pci,id=vser0",
+		"-device", "virtserialport,bus=vser0.0,chardev=agent,name="+AgentPortName,
+	)
+	return append(args, c.ExtraArgs...)
+}
+
+// physflatPossibleCPUs makes Linux route APIC interrupts in physical
+// rather than logical flat mode, which it does when more than 8 CPUs are
+// possible. With 8 or fewer, the Debian 6.1 guest under QEMU 7.2 TCG
+// never delivers IPIs to a hot-added CPU: it wakes only on its own timer,
+// so memory offlining (which flushes per-CPU work) took 10-30 s and a
+// process placed on that CPU stalled. The cost: the guest's
+// /sys/devices/system/cpu/possible reads 0-8 instead of 0-(MaxCPUs-1);
+// present and online are unchanged. Config.Append with its own
+// possible_cpus= overrides it.
+const physflatPossibleCPUs = "possible_cpus=9"
+
+// presetLPJ returns a "lpj=" kernel option. Under TCG a hot-added CPU's
+// delay-loop calibration fails and falls back to a slow convergence loop
+// that can stall onlining for minutes (seen: "calibrate_delay_direct()
+// failed", then "echo 1 >online" hung in D state). A preset value skips
+// calibration on every CPU. The guest's TSC runs at the host's rate, so
+// the value is the host's MHz over HZ (250 in Debian kernels); it only
+// scales udelay.
+func presetLPJ() string {
+	mhz := 2000.0
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			k, val, ok := strings.Cut(line, ":")
+			if ok && strings.TrimSpace(k) == "cpu MHz" {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil && f > 0 {
+					mhz = f
+				}
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("lpj=%d", int64(mhz*1e6/250))
+}
+
+// Boot starts QEMU and waits until the guest's agent answers. ctx bounds
+// the boot only (DefaultBootTimeout when it has no deadline); the VM runs
+// until Close. On error nothing is left running.
+func Boot(ctx context.Context, cfg Config) (*VM, error) {
+	return boot(ctx, cfg)
+}
+
+func boot(ctx context.Context, cfg Config) (_ *VM, err error) {
+	start := time.Now()
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("boot vm: %w", err)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, DefaultBootTimeout)
+	defer cancel()
+
+	v := &VM{cfg: cfg, dir: cfg.Dir, exited: make(chan struct{}), backends: map[string]string{}}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("boot vm: %w%s", err, v.diagnostics())
+			v.Close()
+		}
+	}()
+	if v.dir == "" {
+		if v.dir, err = os.MkdirTemp("", "node-resized-vm-"); err != nil {
+			return nil, err
+		}
+		v.removeDir = true
+	}
+	// Unix socket paths are limited to 108 bytes: keep them short.
+	if v.sockDir, err = os.MkdirTemp("", "nrvm"); err != nil {
+		return nil, err
+	}
+	qmpSock := filepath.Join(v.sockDir, "qmp.sock")
+	agentSock := filepath.Join(v.sockDir, "agent.sock")
+	if v.listener, err = net.Listen("unix", agentSock); err != nil {
+		return nil, err
+	}
+
+	qlog, err := os.Create(filepath.Join(v.dir, "qemu.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer qlog.Close()
+	v.cmd = exec.Command(cfg.QEMU, qemuArgs(cfg, v.ConsoleLog(), qmpSock, agentSock)...)
+	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
+	v.cmd.SysProcAttr = sysProcAttr()
+	fmt.Fprintf(qlog, "+ %s\n", shellQuote(v.cmd.Args))
+	if err := v.cmd.Start(); err != nil {
+		close(v.exited)
+		return nil, fmt.Errorf("start %s: %w", cfg.QEMU, err)
+	}
+	go func() {
+		v.waitErr = v.cmd.Wait()
+		close(v.exited)
+	}()
+
+	// From here on, give up as soon as QEMU exits.
+	ctx, cancelExit := context.WithCancelCause(ctx)
+	defer cancelExit(nil)
+	go func() {
+		select {
+		case <-v.exited:
+			cancelExit(fmt.Errorf("qemu exited: %v", v.waitErr))
+		case <-ctx.Done():
+		}
+	}()
+	cause := func(err error) error {
+		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
+			return fmt.Errorf("%w (%v)", err, c)
+		}
+		return err
+	}
+
+	// QEMU connects to the agent socket at startup, long before the guest
+	// opens its end of the port.
+	conn, err := acceptContext(ctx, v.listener)
+	if err != nil {
+		return nil, cause(fmt.Errorf("wait for qemu to connect the agent socket: %w", err))
+	}
+	v.agent = newAgentClient(conn)
+	if v.qmp, err = DialQMP(ctx, qmpSock); err != nil {
+		return nil, cause(err)
+	}
+
+	// The first request waits in the socket until the guest opens the
+	// port; ask again now and then in case one is lost.
+	for {
+		actx, acancel := context.WithTimeout(ctx, 15*time.Second)
+		out, code, err := v.agent.exec(actx, "echo ready")
+		acancel()
+		if err == nil && code == 0 && strings.TrimSpace(out) == "ready" {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, cause(fmt.Errorf("wait for the guest agent: %w", ctx.Err()))
+		}
+		if errors.Is(err, errAgentClosed) {
+			return nil, cause(fmt.Errorf("wait for the guest agent: %w", err))
+		}
+	}
+	v.bootTime = time.Since(start)
+	return v, nil
+}
+
+// shellQuote renders a command line for the log, quoting arguments with
+// spaces.
+func shellQuote(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, " \t'\"") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}
+
+func acceptContext(ctx context.Context, ln net.Listener) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- result{c, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-ctx.Done():
+		ln.Close() // unblocks Accept
+		if r := <-ch; r.c != nil {
+			r.c.Close()
+		}
+		return nil, ctx.Err()
+	}
+}
+
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// Exec runs cmd with sh -c in the guest and returns its standard output
+// and standard error together, and its exit code. err is about the
+// transport (timeout, VM gone), never about the exit code. Without a
+// deadline in ctx, DefaultExecTimeout applies; a command still running
+// when ctx ends goes on in the guest and delays later commands.
+// A command that starts a daemon must redirect the daemon's output.
+func (v *VM) Exec(ctx context.Context, cmd string) (out string, exitCode int, err error) {
+	ctx, cancel := withDefaultTimeout(ctx, DefaultExecTimeout)
+	defer cancel()
+	out, exitCode, err = v.agent.exec(ctx, cmd)
+	if err != nil {
+		return out, exitCode, fmt.Errorf("exec %q in guest: %w", cmd, err)
+	}
+	return out, exitCode, nil
+}
+
+// QMP returns the VM's QMP client, for commands this package does not
+// wrap.
+func (v *VM) QMP() *QMP { return v.qmp }
+
+// BootTime is how long Boot took from its start to the agent's first
+// answer.
+func (v *VM) BootTime() time.Duration { return v.bootTime }
+
+// ConsoleLog is the path of the file that receives the guest's serial
+// console.
+func (v *VM) ConsoleLog() string { return filepath.Join(v.dir, "console.log") }
+
+// Dir is the folder that holds console.log and qemu.log.
+func (v *VM) Dir() string { return v.dir }
+
+// Done is closed when QEMU has exited.
+func (v *VM) Done() <-chan struct{} { return v.exited }
+
+// Close quits QEMU (QMP quit, then SIGKILL to its process group if it has
+// not exited within 10 s), waits for it and releases everything Boot made.
+// It is safe to call more than once and returns the same error each time.
+func (v *VM) Close() error {
+	v.closeOnce.Do(func() { v.closeErr = v.shutdown() })
+	return v.closeErr
+}
+
+func (v *VM) shutdown() error {
+	var errs []error
+	if v.cmd != nil && v.cmd.Process != nil {
+		select {
+		case <-v.exited:
+		default:
+			if v.qmp != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				v.qmp.Execute(ctx, "quit", nil, nil) // the connection may drop before the reply
+				cancel()
+			}
+			select {
+			case <-v.exited:
+			case <-time.After(10 * time.Second):
+				errs = append(errs, errors.New("qemu did not quit within 10s; killed"))
+			}
+		}
+		// Kill the whole group: QEMU and anything it may have started.
+		killGroup(v.cmd.Process.Pid)
+		select {
+		case <-v.exited:
+		case <-time.After(10 * time.Second):
+			errs = append(errs, fmt.Errorf("qemu (pid %d) not reaped 10s after SIGKILL", v.cmd.Process.Pid))
+		}
+	}
+	if v.qmp != nil {
+		v.qmp.Close()
+	}
+	if v.agent != nil {
+		v.agent.close()
+	}
+	if v.listener != nil {
+		v.listener.Close()
+	}
+	if v.sockDir != "" {
+		os.RemoveAll(v.sockDir)
+	}
+	if v.removeDir {
+		os.RemoveAll(v.dir)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("close vm: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// diagnostics returns the tails of the console and QEMU logs, to append to
+// a boot error.
+func (v *VM) diagnostics() string {
+	if v.dir == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, name := range []string{"qemu.log", "console.log"} {
+		if t := tailFile(filepath.Join(v.dir, name), 25); t != "" {
+			fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", name, t)
+		}
+	}
+	return b.String()
+}
+
+// tailFile returns the last n lines of a file, "" if it cannot be read.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	b = bytes.TrimRight(b, "\n")
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// TailConsole returns the last n lines of the guest's serial console.
+func (v *VM) TailConsole(n int) string { return tailFile(v.ConsoleLog(), n) }
