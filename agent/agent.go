@@ -44,7 +44,21 @@ type Evictor interface {
 	Start(ctx context.Context, e decide.Evict)
 }
 
-var _ Relay = (*kube.Relay)(nil)
+// LocalRelay stands in for the API relay in standalone mode: there is no
+// Node to patch and no API to record events in (the agent logs them).
+type LocalRelay struct{}
+
+// Publish implements Relay: nothing to publish without a cluster.
+func (LocalRelay) Publish(kube.Status) {}
+
+// Event implements Relay: the agent has logged the event already.
+func (LocalRelay) Event(decide.EventType, string, string) {}
+
+var (
+	_ Relay   = LocalRelay{}
+	_ Relay   = (*kube.Relay)(nil)
+	_ Evictor = (*kube.Evictor)(nil)
+)
 
 // Config configures the agent.
 type Config struct {
@@ -261,8 +275,11 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 				continue
 			}
 			if err := a.cfg.Enforcer.Apply(ctx, act, snap); err != nil {
-				a.m.ResizeErrors.WithLabelValues("cgroup_update").Inc()
 				a.log.Error("apply kubepods limits", "action", string(act.Kind()), "err", err)
+			} else if act.Kind() == decide.KindClampCgroups && !since.IsZero() {
+				lat := time.Since(since)
+				a.m.ClampLatency.Observe(lat.Seconds())
+				a.log.Info("kubepods clamped", "latency", lat)
 			}
 		case decide.Evict:
 			if a.cfg.Evictor == nil {
@@ -277,6 +294,16 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		case decide.RestartKubelet:
 			a.log.Info("kubelet restart wanted but not configured", "capacity", x.Capacity.String())
 		}
+	}
+	if !a.started && in.Previous.Evicting && a.cfg.Evictor != nil && !hasKind(d.Actions, decide.KindEvict) {
+		// The daemon stopped while evicting: take the eviction of the
+		// generation it remembers up again, or it would never finish.
+		a.cfg.Evictor.Start(ctx, decide.Evict{
+			Generation:  in.Previous.Generation,
+			Capacity:    in.Previous.Applied,
+			Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
+			Reason:      decide.EvictionReason,
+		})
 	}
 	if !published && !a.started {
 		// The first pass of this process publishes what it stands for
@@ -334,6 +361,15 @@ func (a *Agent) account(old, cur decide.Resources) {
 			a.m.ResizeRequests.WithLabelValues(name, "down").Inc()
 		}
 	}
+}
+
+func hasKind(actions []decide.Action, k decide.ActionKind) bool {
+	for _, a := range actions {
+		if a.Kind() == k {
+			return true
+		}
+	}
+	return false
 }
 
 func sameState(a, b decide.State) bool {

@@ -20,8 +20,12 @@ type Info struct {
 	Version  string
 	Hostname string
 	Mode     string
-	// Kubernetes, when set, reports the relay's view in /v1/status.
+	// Kubernetes, when set, reports the decision and the relay's view in
+	// /v1/status.
 	Kubernetes func() *KubernetesStatus
+	// Enforcement, when set, reports the cgroup enforcer's status (any
+	// JSON-encodable value) in /v1/status.
+	Enforcement func() any
 }
 
 // Server serves the local API over a monitor. It is safe for concurrent use.
@@ -139,6 +143,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.info.Kubernetes != nil {
 		st.Kubernetes = s.info.Kubernetes()
+	}
+	if s.info.Enforcement != nil {
+		if b, err := json.Marshal(s.info.Enforcement()); err == nil {
+			st.Enforcement = b
+		}
 	}
 	writeJSON(w, http.StatusOK, st)
 }

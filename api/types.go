@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -47,13 +48,18 @@ type Status struct {
 	NUMANodes  []NUMANodeStatus `json:"numaNodes"`
 	LastChange *monitor.Change  `json:"lastChange,omitempty"`
 	Stats      monitor.Stats    `json:"stats"`
-	// Kubernetes is the relay's view; absent in standalone mode.
+	// Kubernetes is what the daemon decided and, in Kubernetes mode,
+	// published for its Node.
 	Kubernetes *KubernetesStatus `json:"kubernetes,omitempty"`
+	// Enforcement is the kubepods cgroup enforcer's status: what it found,
+	// what it last changed and why.
+	Enforcement json.RawMessage `json:"enforcement,omitempty"`
 }
 
 // KubernetesStatus is what the daemon decided and published for its Node.
 type KubernetesStatus struct {
-	NodeName string `json:"nodeName"`
+	// NodeName is the Node; empty in standalone mode.
+	NodeName string `json:"nodeName,omitempty"`
 	// Configured is the configured capacity as written, and
 	// ConfiguredSource where it was read (spec.configuredCapacity or the
 	// annotation); empty when none is set.

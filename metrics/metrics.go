@@ -56,6 +56,12 @@ type Metrics struct {
 	// PatchLatency observes the time from the first uevent of a hardware
 	// change to the API server acknowledging the Node status patch.
 	PatchLatency prometheus.Histogram
+	// ClampLatency observes the time from the first uevent of a hardware
+	// loss to the kubepods limits written.
+	ClampLatency prometheus.Histogram
+	// AutoOnline counts hot-added devices the daemon brought online, by
+	// kind (cpu, memory_block) and result (onlined, error).
+	AutoOnline *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with the Go runtime and
@@ -121,13 +127,24 @@ func New() *Metrics {
 			Help:      "Time from the first uevent of a hardware change to the API server acknowledging the Node status patch.",
 			Buckets:   LatencyBuckets,
 		}),
+		ClampLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "clamp_latency_seconds",
+			Help:      "Time from the first uevent of a hardware loss to the kubepods cgroup limits written.",
+			Buckets:   LatencyBuckets,
+		}),
+		AutoOnline: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "auto_online_total",
+			Help:      "Hot-added devices brought online by the daemon (--auto-online), by kind and result.",
+		}, []string{"kind", "result"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.Capacity, m.NUMACapacity, m.ModelChanges,
-		m.ResizeRequests, m.ResizeErrors, m.PatchLatency,
+		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
 	)
 	return m
 }

@@ -175,7 +175,9 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		fmt.Fprintf(tw, "Last change:\t#%d %s ago: %s\n", lc.ID, st.Now.Sub(lc.Time).Round(time.Millisecond), describe(*lc))
 	}
 	if k := st.Kubernetes; k != nil {
-		fmt.Fprintf(tw, "Kubernetes node:\t%s\n", k.NodeName)
+		if k.NodeName != "" {
+			fmt.Fprintf(tw, "Kubernetes node:\t%s\n", k.NodeName)
+		}
 		if len(k.Configured) > 0 {
 			fmt.Fprintf(tw, "Configured capacity:\t%s (from %s)\n", stringMap(k.Configured), k.ConfiguredSource)
 		} else {
@@ -195,7 +197,34 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		if k.PatchError != "" {
 			relay += ", last error: " + k.PatchError
 		}
-		fmt.Fprintf(tw, "API relay:\t%s\n", relay)
+		if k.NodeName != "" {
+			fmt.Fprintf(tw, "API relay:\t%s\n", relay)
+		}
+	}
+	if len(st.Enforcement) > 0 {
+		var e struct {
+			Mode        string `json:"mode"`
+			Kubepods    string `json:"kubepods"`
+			Found       bool   `json:"found"`
+			Unsupported string `json:"unsupported"`
+			Last        *struct {
+				Action string    `json:"action"`
+				Result string    `json:"result"`
+				Time   time.Time `json:"time"`
+			} `json:"last"`
+		}
+		if json.Unmarshal(st.Enforcement, &e) == nil {
+			line := fmt.Sprintf("%s, kubepods %s", e.Mode, e.Kubepods)
+			switch {
+			case e.Unsupported != "":
+				line = "not enforced: " + e.Unsupported
+			case !e.Found:
+				line += " (not there yet: the kubelet has not created it)"
+			case e.Last != nil:
+				line += fmt.Sprintf("; last %s %s at %s", e.Last.Action, e.Last.Result, e.Last.Time.Local().Format(time.TimeOnly))
+			}
+			fmt.Fprintf(tw, "kubepods limits:\t%s\n", line)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err

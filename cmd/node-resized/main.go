@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +24,8 @@ import (
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/autoonline"
+	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kubeletconfig"
@@ -32,6 +35,10 @@ import (
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/uevent"
 )
+
+// reapplyInterval is how often the kubepods limits are checked against the
+// last decision.
+const reapplyInterval = 30 * time.Second
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -95,6 +102,9 @@ type options struct {
 	stateFile        string
 	memoryJitter     string
 	evict            bool
+	enforce          bool
+	cgroupRoot       string
+	autoOnline       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -125,6 +135,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
 	fs.StringVar(&o.stateFile, "state-file", agent.DefaultStatePath, "where the decision state is kept across restarts (an emergency clamp survives a restart)")
 	fs.StringVar(&o.memoryJitter, "memory-jitter", "100Mi", "memory drift that is not a change")
+	fs.BoolVar(&o.enforce, "enforce", true, "clamp the kubepods cgroups at once when hardware goes away, and grow them back when it returns (cgroup v2; on v1 the daemon only reports)")
+	fs.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup v2 hierarchy is mounted")
+	fs.BoolVar(&o.autoOnline, "auto-online", false, "bring hot-added CPUs online and hot-added memory blocks online as movable (for nodes without udev rules that do it)")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -253,35 +266,55 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		src = l
 	}
 
-	// Kubernetes mode: read the reservations and the Node's configured
-	// capacity before the hardware (bootstrap parity).
+	// The kubelet's configuration: reservations and the cgroup layout.
+	kcfg, err := loadKubeletConfig(o, log)
+	if err != nil {
+		return err
+	}
+
+	// Kubernetes mode: connect and read the Node's configured capacity
+	// before the hardware (bootstrap parity).
 	var (
-		relay   *kube.Relay
-		evictor *kube.Evictor
-		agt     *agent.Agent
-		mon     *monitor.Monitor
-		onChg   func(monitor.Change, *topology.Snapshot)
+		relay    *kube.Relay
+		evictor  *kube.Evictor
+		enforcer *cgroup.Enforcer
+		agt      *agent.Agent
+		mon      *monitor.Monitor
 	)
 	if !o.standalone {
-		var err error
 		relay, err = kube.Connect(kube.Options{Kubeconfig: o.kubeconfig, NodeName: o.nodeName, Logger: log, Metrics: m})
 		if err != nil {
 			return err
 		}
-		res, err := loadReservations(o, log)
+	}
+	if o.enforce && !kcfg.CgroupsPerQOS {
+		log.Info("the kubelet runs without cgroupsPerQOS: there is no kubepods cgroup to enforce")
+	}
+	if o.enforce && kcfg.CgroupsPerQOS {
+		enforcer, err = cgroup.New(cgroup.Options{
+			Root: o.cgroupRoot, Driver: kcfg.CgroupDriver, CgroupRoot: kcfg.CgroupRoot,
+			Logger: log, Metrics: m,
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("kubepods cgroup enforcer: %w (run with --enforce=false to only detect and report)", err)
 		}
-		jitter := resource.MustParse(o.memoryJitter)
-		cfg := agent.Config{
-			Reservations: res,
-			JitterMemory: jitter.Value(),
-			StatePath:    o.stateFile,
-			Logger:       log,
-			Metrics:      m,
-		}
+	}
+	jitter := resource.MustParse(o.memoryJitter)
+	acfg := agent.Config{
+		Reservations: kcfg.Reservations,
+		JitterMemory: jitter.Value(),
+		StatePath:    o.stateFile,
+		Logger:       log,
+		Metrics:      m,
+	}
+	if enforcer != nil {
+		acfg.Enforcer = enforcer
+	}
+	var pub agent.Relay = agent.LocalRelay{}
+	if relay != nil {
+		pub = relay
 		if o.evict {
-			evictor = kube.NewEvictor(relay.EvictionClient(), kube.EvictorOptions{
+			eopts := kube.EvictorOptions{
 				NodeName: o.nodeName,
 				OnlineCPUs: func() []int {
 					if snap, _ := mon.Snapshot(); snap != nil {
@@ -289,14 +322,21 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 					}
 					return nil
 				},
-				Report:  func(r decide.EvictionReport) { agt.ReportEviction(r) },
-				Event:   relay.Event,
-				Logger:  log,
-				Metrics: m,
-			})
-			cfg.Evictor = evictor
+				ExclusiveCPUs: cgroup.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
+				Report:        func(r decide.EvictionReport) { agt.ReportEviction(r) },
+				Event:         relay.Event,
+				Logger:        log,
+				Metrics:       m,
+			}
+			if enforcer != nil {
+				eopts.WorkingSet = enforcer.PodWorkingSet
+			}
+			evictor = kube.NewEvictor(relay.EvictionClient(), eopts)
+			acfg.Evictor = evictor
 		}
-		agt = agent.New(cfg, relay)
+	}
+	agt = agent.New(acfg, pub)
+	if relay != nil {
 		gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
 		v, err := relay.GetNode(gctx)
 		gcancel()
@@ -309,7 +349,16 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 			agt.OnNode(v)
 			log.Info("read the Node", "node", o.nodeName, "configured_source", v.Source, "configured", v.Configured.Key())
 		}
-		onChg = agt.OnChange
+	} else {
+		agt.OnNode(kube.NodeView{}) // standalone: no configured capacity
+	}
+	onChg := agt.OnChange
+	if o.autoOnline {
+		onliner := autoonline.New(o.sysfsRoot, log, m)
+		onChg = func(c monitor.Change, snap *topology.Snapshot) {
+			onliner.OnChange(c, snap)
+			agt.OnChange(c, snap)
+		}
 	}
 
 	mon = monitor.New(fsys, src, monitor.Config{
@@ -354,10 +403,33 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	hostname, _ := os.Hostname()
 	info := api.Info{Version: version, Hostname: hostname, Mode: "standalone"}
-	if agt != nil {
+	info.Kubernetes = func() *api.KubernetesStatus { return kubernetesStatus(o.nodeName, agt, relay) }
+	if enforcer != nil {
+		info.Enforcement = func() any { return enforcer.Status() }
+	}
+	goRun("decision loop", func() error { return agt.Run(ctx) })
+	if enforcer != nil {
+		// A kubelet that (re)starts writes kubepods from its own view of
+		// the machine; put back what the last decision enforces. Reapply
+		// reads a few files and writes nothing while they hold.
+		goRun("kubepods re-assert", func() error {
+			t := time.NewTicker(reapplyInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+					snap, _ := mon.Snapshot()
+					if err := enforcer.Reapply(ctx, snap); err != nil {
+						log.Warn("re-assert the kubepods limits", "err", err)
+					}
+				}
+			}
+		})
+	}
+	if relay != nil {
 		info.Mode = "kubernetes"
-		info.Kubernetes = func() *api.KubernetesStatus { return kubernetesStatus(o.nodeName, agt, relay) }
-		goRun("decision loop", func() error { return agt.Run(ctx) })
 		goRun("API relay", func() error { return relay.Run(ctx) })
 		if evictor != nil {
 			goRun("evictor", func() error { return evictor.Run(ctx) })
@@ -424,33 +496,46 @@ func firstErr(errs chan error) error {
 	}
 }
 
-// loadReservations reads the kubelet's reservations. A missing file at the
-// default path means a kubelet with defaults; a missing file that was named
-// explicitly is an error.
-func loadReservations(o *options, log *slog.Logger) (decide.Reservations, error) {
+// loadKubeletConfig reads the kubelet's configuration. A missing file at
+// the default path means a kubelet with defaults; a missing file that was
+// named explicitly is an error.
+func loadKubeletConfig(o *options, log *slog.Logger) (*kubeletconfig.Config, error) {
 	var opts []kubeletconfig.Option
 	if o.kubeletConfigDir != "" {
 		opts = append(opts, kubeletconfig.WithDropInDir(o.kubeletConfigDir))
 	}
 	cfg, err := kubeletconfig.Load(o.kubeletConfig, opts...)
 	if errors.Is(err, fs.ErrNotExist) && !o.kubeletConfigSet {
-		log.Warn("no kubelet configuration file; using the kubelet's defaults (no reservations, evictionHard memory.available 100Mi)", "path", o.kubeletConfig)
-		cfg = kubeletconfig.Default()
-		err = nil
+		log.Info("no kubelet configuration file; using the kubelet's defaults (no reservations, evictionHard memory.available 100Mi, cgroupfs driver)", "path", o.kubeletConfig)
+		return kubeletconfig.Default(), nil
 	}
 	if err != nil {
-		return decide.Reservations{}, err
+		return nil, err
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("kubelet configuration", "path", o.kubeletConfig, "warning", w)
 	}
-	return cfg.Reservations, nil
+	return cfg, nil
+}
+
+// kubeletRootDirOrDefault is the kubelet's root directory for its
+// checkpoints, also when ephemeral-storage is not measured.
+func (o *options) kubeletRootDirOrDefault() string {
+	if o.kubeletRootDir == "" {
+		return "/var/lib/kubelet"
+	}
+	return o.kubeletRootDir
 }
 
 // kubernetesStatus renders the agent's and the relay's view for the API.
 func kubernetesStatus(node string, a *agent.Agent, r *kube.Relay) *api.KubernetesStatus {
 	st := a.Status()
-	rs := r.Stats()
+	var rs kube.Stats
+	if r != nil {
+		rs = r.Stats()
+	} else {
+		node = ""
+	}
 	out := &api.KubernetesStatus{
 		NodeName:         node,
 		Configured:       st.Configured.Raw,

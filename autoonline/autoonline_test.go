@@ -1,0 +1,79 @@
+package autoonline
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/topology/topologytest"
+)
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
+	m := topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 4, 0, 0, 2, 3),
+		Possible:  topologytest.Ints(0, 7),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: 1 << 20}},
+		BlockSize: 128 << 20,
+		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
+		MemKB:     1 << 20,
+	}
+	tree := m.WriteTree(t, topologytest.Dir(t))
+	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := metrics.New()
+	o := New(tree.Sys, nil, mt)
+	snap := func() *topology.Snapshot {
+		s, err := fsys.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	o.OnChange(monitor.Change{}, snap()) // cpu2 and cpu3 were offline at start: an operator's choice
+
+	// A DIMM arrives with two offline blocks; block 9 could go Movable.
+	tree.AddBlocks(8, 2, 0, topologytest.BlockOffline, "Movable Normal")
+	o.OnChange(monitor.Change{}, snap())
+	for _, id := range []int{8, 9} {
+		if got := read(t, filepath.Join(tree.Sys, "devices/system/memory", fmt.Sprintf("memory%d", id), "state")); got != "online_movable" {
+			t.Errorf("memory%d state %q, want online_movable written", id, got)
+		}
+	}
+	for _, id := range []int{2, 3} {
+		if got := read(t, filepath.Join(tree.Sys, "devices/system/cpu", fmt.Sprintf("cpu%d", id), "online")); got != "0" {
+			t.Errorf("cpu%d online %q: an offline CPU that was not hot-added was onlined", id, got)
+		}
+	}
+	if got := testutil.ToFloat64(mt.AutoOnline.WithLabelValues("memory_block", "onlined")); got != 2 {
+		t.Errorf("onlined blocks counted %v, want 2", got)
+	}
+}
+
+func TestAddedCPUs(t *testing.T) {
+	prev := &topology.Snapshot{CPUs: topology.CPUs{Present: topology.CPUSet{0, 1}, Online: topology.CPUSet{0, 1}}}
+	cur := &topology.Snapshot{CPUs: topology.CPUs{Present: topology.CPUSet{0, 1, 2, 3}, Online: topology.CPUSet{0, 1, 3}}}
+	if got := AddedCPUs(prev, cur); len(got) != 1 || got[0] != 2 {
+		t.Errorf("AddedCPUs = %v, want [2] (3 is already online)", got)
+	}
+	if got := AddedCPUs(cur, cur); len(got) != 0 {
+		t.Errorf("AddedCPUs with nothing added = %v", got)
+	}
+}

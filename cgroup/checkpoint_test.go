@@ -1,0 +1,158 @@
+package cgroup
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/node-resized/node-resized/topology"
+)
+
+// The files in testdata/cpu_manager_state were written by the kubelet's own
+// code (k8s.io/kubernetes v1.37.2, pkg/kubelet/cm/cpumanager/state:
+// MarshalCheckpoint for each layout, checksum.New for the type-named
+// variants), some then altered by hand; each was loaded with the kubelet's
+// NewCheckpointState to learn whether the kubelet accepts it. The table
+// holds that verdict.
+
+const (
+	podA = "0b1e6f7a-1111-4c3d-9e8f-000000000001"
+	podB = "0b1e6f7a-1111-4c3d-9e8f-000000000002"
+	podC = "0b1e6f7a-1111-4c3d-9e8f-000000000003"
+)
+
+func TestReadCPUManagerCheckpoint(t *testing.T) {
+	static := map[string]map[string]topology.CPUSet{
+		podA: {"app": {1, 2}},
+		podB: {"db": {8, 9}, "sidecar": {10}},
+	}
+	for _, tc := range []struct {
+		file       string
+		corrupt    bool // the kubelet refuses it
+		format     string
+		policy     string
+		def        topology.CPUSet
+		containers map[string]map[string]topology.CPUSet
+		pods       map[string]topology.CPUSet
+		exclusive  map[string]topology.CPUSet
+	}{
+		{file: "v4", format: CheckpointV4, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+			pods:      map[string]topology.CPUSet{podC: {11, 12}},
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}}},
+		{file: "none", format: CheckpointV4, policy: "none"},
+		{file: "v3", format: CheckpointV3, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+			pods:      map[string]topology.CPUSet{podC: {11, 12}},
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}}},
+		{file: "v3-empty", format: CheckpointV3, policy: "static", def: topology.CPUSet{0, 1, 2, 3}},
+		{file: "v3-typename", format: CheckpointV3, policy: "static", def: topology.CPUSet{0, 1},
+			containers: map[string]map[string]topology.CPUSet{"u1": {"c": {2, 3}}},
+			pods:       map[string]topology.CPUSet{"u2": {4, 5, 6}, "u3": nil},
+			exclusive:  map[string]topology.CPUSet{"u1": {2, 3}, "u2": {4, 5, 6}, "u3": nil}},
+		{file: "v2", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
+		{file: "v2-none", format: CheckpointV2, policy: "none"},
+		{file: "v2-typename", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 1},
+			containers: map[string]map[string]topology.CPUSet{"u1": {"c": {2, 3}}},
+			exclusive:  map[string]topology.CPUSet{"u1": {2, 3}}},
+		{file: "v2-zero", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
+		// podEntries a v2 checksum does not cover: the kubelet falls back to
+		// v2 and ignores them.
+		{file: "v2-extra", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
+		{file: "v2-badsum", corrupt: true, format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6}, containers: static,
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
+		{file: "v4-badsum", corrupt: true, format: CheckpointV4, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+			pods:      map[string]topology.CPUSet{podC: {11, 12}},
+			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}}},
+		{file: "v2-badcpuset", corrupt: true},
+		{file: "garbage", corrupt: true},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join("testdata", "cpu_manager_state", tc.file)
+			st, err := ReadCPUManagerCheckpoint(path)
+			if tc.corrupt != errors.Is(err, ErrCorruptCheckpoint) {
+				t.Fatalf("err %v, corrupt %v", err, tc.corrupt)
+			}
+			if !tc.corrupt && err != nil {
+				t.Fatal(err)
+			}
+			want := CPUManagerState{Format: tc.format, PolicyName: tc.policy, DefaultCPUSet: tc.def,
+				Containers: tc.containers, Pods: tc.pods, Exclusive: tc.exclusive}
+			if !reflect.DeepEqual(st, want) {
+				t.Errorf("state\n got %+v\nwant %+v", st, want)
+			}
+		})
+	}
+}
+
+func TestReadCPUManagerCheckpointMissing(t *testing.T) {
+	_, err := ReadCPUManagerCheckpoint(filepath.Join(t.TempDir(), "cpu_manager_state"))
+	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCorruptCheckpoint) {
+		t.Errorf("err %v, want ErrNotExist", err)
+	}
+	ex, err := ExclusiveCPUsFunc(filepath.Join(t.TempDir(), "cpu_manager_state"))()
+	if err != nil || ex == nil || len(ex) != 0 {
+		t.Errorf("exclusive CPUs without a checkpoint: %v, %v", ex, err)
+	}
+}
+
+func TestReadCPUManagerCheckpointTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu_manager_state")
+	if err := os.WriteFile(path, make([]byte, maxCheckpointSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadCPUManagerCheckpoint(path); !errors.Is(err, ErrCorruptCheckpoint) {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestCPUManagerStateAllCPUs(t *testing.T) {
+	st, err := ReadCPUManagerCheckpoint(filepath.Join("testdata", "cpu_manager_state", "v4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.AllCPUs(), (topology.CPUSet{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}); !reflect.DeepEqual(got, want) {
+		t.Errorf("AllCPUs %v, want %v", got, want)
+	}
+}
+
+func TestExclusiveCPUsFunc(t *testing.T) {
+	for file, want := range map[string]map[string][]int{
+		"v4":        {podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}},
+		"v2-badsum": {podA: {1, 2}, podB: {8, 9, 10}}, // the CPUs are still what the containers run on
+		"none":      {},
+	} {
+		got, err := ExclusiveCPUsFunc(filepath.Join("testdata", "cpu_manager_state", file))()
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %v, %v; want %v", file, got, err, want)
+		}
+	}
+	if got, err := ExclusiveCPUsFunc(filepath.Join("testdata", "cpu_manager_state", "garbage"))(); err == nil {
+		t.Errorf("garbage: %v", got)
+	}
+}
+
+func FuzzParseCPUManagerCheckpoint(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "cpu_manager_state", "*"))
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := ParseCPUManagerCheckpoint(b)
+		if err != nil && !errors.Is(err, ErrCorruptCheckpoint) {
+			t.Errorf("error %v does not wrap ErrCorruptCheckpoint", err)
+		}
+		if err == nil && st.Format == "" {
+			t.Error("no format")
+		}
+		_ = st.AllCPUs()
+	})
+}
