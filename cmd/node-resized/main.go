@@ -266,14 +266,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		src = l
 	}
 
-	// The kubelet's configuration: reservations and the cgroup layout.
-	kcfg, err := loadKubeletConfig(o, log)
-	if err != nil {
-		return err
-	}
-
-	// Kubernetes mode: connect and read the Node's configured capacity
-	// before the hardware (bootstrap parity).
+	// Kubernetes mode: connect first (a missing kubeconfig is the one
+	// error to report), then read the kubelet's configuration, then the
+	// Node's configured capacity before the hardware (bootstrap parity).
 	var (
 		relay    *kube.Relay
 		evictor  *kube.Evictor
@@ -287,6 +282,12 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 			return err
 		}
 	}
+	// The kubelet's configuration: reservations and the cgroup layout.
+	kcfg, err := loadKubeletConfig(o, log)
+	if err != nil {
+		return err
+	}
+
 	if o.enforce && !kcfg.CgroupsPerQOS {
 		log.Info("the kubelet runs without cgroupsPerQOS: there is no kubepods cgroup to enforce")
 	}

@@ -86,7 +86,9 @@ type Daemon struct {
 func Start(t testing.TB, bin string, args ...string) *Daemon {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "run", "node-resized.sock")
-	args = append([]string{"--socket", socket, "--log-format", "json", "--log-level", "debug"}, args...)
+	// Defaults first, so that args override them (the last flag wins).
+	args = append([]string{"--socket", socket, "--log-format", "json", "--log-level", "debug",
+		"--state-file", filepath.Join(t.TempDir(), "state.json")}, args...)
 	d := &Daemon{Socket: socket, Stderr: new(Log), done: make(chan error, 1)}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Stderr = d.Stderr
