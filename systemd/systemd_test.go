@@ -1,0 +1,96 @@
+package systemd
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/unit"
+)
+
+func TestUnitFile(t *testing.T) {
+	f, err := os.Open("node-resized.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	opts, err := unit.DeserializeOptions(f)
+	if err != nil {
+		t.Fatalf("parse the unit: %v", err)
+	}
+	got := map[string]string{}
+	for _, o := range opts {
+		got[o.Section+"."+o.Name] = o.Value
+	}
+	for key, want := range map[string]string{
+		"Service.Type":                 "notify",
+		"Service.WatchdogSec":          "30s",
+		"Service.RuntimeDirectory":     "node-resized",
+		"Service.StateDirectory":       "node-resized",
+		"Service.NoNewPrivileges":      "yes",
+		"Service.ProtectSystem":        "strict",
+		"Service.ProtectControlGroups": "no",
+		"Install.WantedBy":             "multi-user.target",
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %q, want %q", key, got[key], want)
+		}
+	}
+	// The binary the unit starts is the one make install puts there.
+	if exec := got["Service.ExecStart"]; !strings.HasPrefix(exec, "/usr/local/bin/node-resized") {
+		t.Errorf("ExecStart = %q, want /usr/local/bin/node-resized (make install)", exec)
+	}
+	if !strings.Contains(got["Service.RestrictAddressFamilies"], "AF_NETLINK") {
+		t.Error("RestrictAddressFamilies must allow AF_NETLINK for the uevent socket")
+	}
+}
+
+func TestFieldName(t *testing.T) {
+	for in, want := range map[string]string{
+		"change_id":   "CHANGE_ID",
+		"latency":     "LATENCY",
+		"cpus-online": "CPUS_ONLINE",
+		"_hidden":     "HIDDEN",
+		"9lives":      "F_9LIVES",
+		"message":     "F_MESSAGE",
+		"priority":    "F_PRIORITY",
+		"":            "F_",
+	} {
+		if got := fieldName(in); got != want {
+			t.Errorf("fieldName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := fieldName(strings.Repeat("a", 100)); len(got) != 64 {
+		t.Errorf("long names are cut to 64, got %d", len(got))
+	}
+}
+
+func TestJournalHandlerLevels(t *testing.T) {
+	h := NewJournalHandler("node-resized", slog.LevelWarn)
+	if h.Enabled(context.Background(), slog.LevelInfo) || !h.Enabled(context.Background(), slog.LevelError) {
+		t.Error("level filter wrong")
+	}
+	g := h.WithGroup("relay").WithAttrs([]slog.Attr{slog.Int("patches", 3)}).(*JournalHandler)
+	if len(g.attrs) != 1 || g.attrs[0].Key != "relay_patches" {
+		t.Errorf("grouped attrs %v, want relay_patches", g.attrs)
+	}
+}
+
+func TestWatchdogWithoutSystemd(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := Watchdog(ctx, func() bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 500*time.Millisecond {
+		t.Error("Watchdog waited although no watchdog is configured")
+	}
+	if err := Ready("test"); err != nil {
+		t.Errorf("Ready without NOTIFY_SOCKET: %v", err)
+	}
+}
