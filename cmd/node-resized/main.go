@@ -59,14 +59,15 @@ condition and events through the API server.
 
 Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
-  node-resized --standalone [flags]    no cluster: detect, model and serve locally
+  node-resized --standalone [flags]    no cluster: detect, model, protect kubepods, serve locally
 
 Examples:
   node-resized                                   node agent with the kubelet's kubeconfig
   node-resized --kubeconfig ~/.kube/config --node-name worker-1
   node-resized --standalone                      run against this machine
   node-resized --standalone --socket /tmp/nr.sock --log-level debug
-  node-resized --standalone --sysfs-root ./testdata/sys --procfs-root ./testdata/proc --uevents=false
+  node-resized --standalone --sysfs-root /tmp/tree/sys --procfs-root /tmp/tree/proc --uevents=false
+                                                 a synthetic machine (see topology/topologytest)
 
 Run under systemd with: systemctl enable --now node-resized
 Logs: journalctl -u node-resized (structured fields with -o verbose)
@@ -111,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("node-resized", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&o.standalone, "standalone", false, "run without a Kubernetes cluster: detect, model and serve the local API only")
+	fs.BoolVar(&o.standalone, "standalone", false, "run without a Kubernetes cluster: detect, model, clamp the kubepods cgroups and serve the local API (no Node patches, events or evictions)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "where sysfs is mounted (point at a synthetic tree for tests)")
 	fs.StringVar(&o.procfsRoot, "procfs-root", "/proc", "where procfs is mounted")
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory; its filesystem's size is the ephemeral-storage capacity (empty: not measured)")
