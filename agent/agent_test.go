@@ -242,3 +242,87 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// orderLog records the order in which the agent's actuators are called.
+type orderLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (o *orderLog) add(s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls = append(o.calls, s)
+}
+
+type orderEnforcer struct{ log *orderLog }
+
+func (e orderEnforcer) Apply(_ context.Context, a decide.Action, _ *topology.Snapshot) error {
+	e.log.add(string(a.Kind()))
+	return nil
+}
+
+type orderEvictor struct{ log *orderLog }
+
+func (e orderEvictor) Start(context.Context, decide.Evict) { e.log.add("Evict") }
+
+type orderRelay struct {
+	fakeRelay
+	log *orderLog
+}
+
+func (r *orderRelay) Publish(s kube.Status) {
+	r.log.add("Publish/" + string(s.Condition.Reason))
+	r.fakeRelay.Publish(s)
+}
+
+func TestClampComesBeforeAnyAPICall(t *testing.T) {
+	ol := &orderLog{}
+	relay := &orderRelay{log: ol}
+	a := New(Config{Enforcer: orderEnforcer{ol}, Evictor: orderEvictor{ol}}, relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Run(ctx)
+	a.OnNode(kube.NodeView{})
+	a.OnChange(monitor.Change{Time: time.Now()}, machine(4))
+	waitUntil(t, func() bool { _, ok := relay.last(); return ok })
+	ol.mu.Lock()
+	ol.calls = nil
+	ol.mu.Unlock()
+
+	a.OnChange(monitor.Change{Time: time.Now(), LatencySeconds: 0.001}, machine(2))
+	waitUntil(t, func() bool {
+		ol.mu.Lock()
+		defer ol.mu.Unlock()
+		return len(ol.calls) >= 3
+	})
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	if ol.calls[0] != string(decide.KindClampCgroups) {
+		t.Fatalf("actuator calls %v: the clamp must come first, before any API call", ol.calls)
+	}
+	var clamp, evict, publish int = -1, -1, -1
+	for i, c := range ol.calls {
+		switch {
+		case c == string(decide.KindClampCgroups) && clamp < 0:
+			clamp = i
+		case c == "Evict" && evict < 0:
+			evict = i
+		case strings.HasPrefix(c, "Publish/") && publish < 0:
+			publish = i
+		}
+	}
+	if evict < clamp || publish < clamp {
+		t.Errorf("actuator calls %v: want the clamp before the eviction pass and the status patch", ol.calls)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 10s")
+}
