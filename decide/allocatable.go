@@ -14,30 +14,54 @@ import (
 // capacity. The zero value is "no threshold". A Threshold is a plain value,
 // safe for concurrent use.
 type Threshold struct {
-	// Quantity is the absolute threshold in base units. When non-zero it wins
+	// Quantity is the absolute threshold in whole base units, rounded
+	// down. When Quantity or QuantityNanos is non-zero the quantity wins
 	// over Percentage, as in the kubelet.
 	Quantity int64 `json:"quantity,omitempty"`
+	// QuantityNanos is the part of the absolute threshold below one base
+	// unit, in billionths of a unit (0 to 999999999): the kubelet keeps a
+	// threshold such as 0.3Gi (322122547.2 bytes) or 500m (half a byte)
+	// exactly, so Quantity + QuantityNanos/1e9 is the threshold it holds.
+	QuantityNanos int64 `json:"quantityNanos,omitempty"`
 	// Percentage is the fraction of capacity (0.05 for "5%"), kept as the
 	// float32 the kubelet's parsePercentage produces.
 	Percentage float32 `json:"percentage,omitempty"`
 }
 
-// Amount returns the threshold in base units for a resource whose capacity is
-// capacity, exactly as evictionapi.GetThresholdQuantity computes it: the
-// quantity itself, or int64(float64(capacity) × float64(percentage)),
-// truncated.
-func (t Threshold) Amount(capacity int64) int64 {
-	if t.Quantity != 0 {
-		return t.Quantity
+// isQuantity reports whether t is an absolute threshold.
+func (t Threshold) isQuantity() bool {
+	return t.Quantity != 0 || t.QuantityNanos != 0
+}
+
+// value returns the threshold for a resource whose capacity is capacity,
+// exactly as evictionapi.GetThresholdQuantity computes it: the quantity
+// itself, or int64(float64(capacity) × float64(percentage)), truncated.
+func (t Threshold) value(capacity int64) exact {
+	if t.isQuantity() {
+		return newExact(t.Quantity, t.QuantityNanos)
 	}
-	return int64(float64(capacity) * float64(t.Percentage))
+	return exact{whole: int64(float64(capacity) * float64(t.Percentage))}
+}
+
+// Amount returns the threshold in base units for a resource whose capacity is
+// capacity, as evictionapi.GetThresholdQuantity computes it (the quantity
+// itself, or int64(float64(capacity) × float64(percentage)), truncated),
+// rounded down to whole units: capacity − Amount(capacity), clamped at 0, is
+// what the kubelet reads back (Quantity.Value, which rounds up) from
+// capacity − threshold. A threshold below one byte gives 0.
+func (t Threshold) Amount(capacity int64) int64 {
+	return t.value(capacity).floor()
 }
 
 // String renders the threshold as written in a KubeletConfiguration.
 func (t Threshold) String() string {
 	switch {
-	case t.Quantity != 0:
-		return resource.NewQuantity(t.Quantity, resource.BinarySI).String()
+	case t.isQuantity():
+		q := resource.NewQuantity(t.Quantity, resource.BinarySI)
+		if t.QuantityNanos != 0 {
+			q.Add(*resource.NewScaledQuantity(t.QuantityNanos, resource.Nano))
+		}
+		return q.String()
 	case t.Percentage != 0:
 		return strconv.FormatFloat(float64(t.Percentage)*100, 'g', -1, 32) + "%"
 	}
@@ -47,8 +71,10 @@ func (t Threshold) String() string {
 // ParseThreshold parses one evictionHard value exactly as the kubelet's
 // parseThresholdStatement does. ok is false for "0%" and "100%", which the
 // kubelet ignores. A percentage must lie in [0%, 100%]; a quantity must be
-// positive. A fractional quantity is rounded down to whole bytes (see
-// ParseReservation for why that reproduces the kubelet's integer results).
+// positive. A quantity is kept exactly, its fraction of a byte in
+// QuantityNanos: the kubelet adds it exactly to the reservations before it
+// rounds, and a threshold below one byte ("0.1", "500m") is still a threshold
+// (one that changes no integer allocatable).
 func ParseThreshold(val string) (t Threshold, ok bool, err error) {
 	if strings.HasSuffix(val, "%") {
 		if val == "0%" || val == "100%" {
@@ -74,64 +100,86 @@ func ParseThreshold(val string) (t Threshold, ok bool, err error) {
 	if q.Sign() <= 0 {
 		return Threshold{}, false, fmt.Errorf("eviction threshold must be positive: %s", val)
 	}
-	v, fits := floorValue(q)
+	whole, nanos, fits := splitValue(q)
 	if !fits {
 		return Threshold{}, false, fmt.Errorf("eviction threshold %s does not fit in int64 bytes", val)
 	}
-	if v == 0 {
-		// Below one byte: the kubelet keeps a sub-byte quantity, which
-		// changes no integer result. Keep it as one byte so that the
-		// threshold stays "set".
-		v = 1
-	}
-	return Threshold{Quantity: v}, true, nil
+	return Threshold{Quantity: whole, QuantityNanos: nanos}, true, nil
 }
 
-// ParseReservation parses one systemReserved/kubeReserved entry exactly as the
-// kubelet's parseResourceList does: only cpu, memory, ephemeral-storage and pid
-// may be reserved; negative values are refused; cpu is rounded to the nearest
-// millicore ((µcores + 500) / 1000). Other amounts are rounded down to whole
-// units: the kubelet subtracts the exact quantity and the integer everybody
-// reads back (Quantity.Value, which rounds up) is capacity − floor(reserved).
+// ParseReservation parses one systemReserved/kubeReserved entry as
+// ParseReservationExact does and returns its whole part: the amount rounded
+// down to whole units (cpu: rounded to the nearest millicore). Subtracted
+// from an integer capacity it gives what the kubelet reads back (capacity −
+// reservation, Quantity.Value rounding up) for that reservation alone; where
+// several fractional amounts add up, use ParseReservationExact and the
+// SystemReservedNanos/KubeReservedNanos of Reservations.
 func ParseReservation(name, val string) (int64, error) {
+	whole, _, err := ParseReservationExact(name, val)
+	return whole, err
+}
+
+// ParseReservationExact parses one systemReserved/kubeReserved entry exactly
+// as the kubelet's parseResourceList does: only cpu, memory,
+// ephemeral-storage and pid may be reserved; negative values are refused; cpu
+// is rounded to the nearest millicore ((µcores + 500) / 1000), as the kubelet
+// rounds it. Other amounts are kept exactly, as the kubelet keeps them: whole
+// base units (rounded down) plus the rest in billionths of a unit (0 to
+// 999999999; always 0 for cpu).
+func ParseReservationExact(name, val string) (whole, nanos int64, err error) {
 	switch name {
 	case ResourceCPU, ResourceMemory, ResourceEphemeralStorage, ResourcePID:
 	default:
-		return 0, fmt.Errorf("cannot reserve %q resource", name)
+		return 0, 0, fmt.Errorf("cannot reserve %q resource", name)
 	}
 	q, err := resource.ParseQuantity(val)
 	if err != nil {
-		return 0, fmt.Errorf("failed to parse quantity %q for %q resource: %w", val, name, err)
+		return 0, 0, fmt.Errorf("failed to parse quantity %q for %q resource: %w", val, name, err)
 	}
 	if q.Sign() == -1 {
-		return 0, fmt.Errorf("resource quantity for %q cannot be negative: %v", name, val)
+		return 0, 0, fmt.Errorf("resource quantity for %q cannot be negative: %v", name, val)
 	}
 	if name == ResourceCPU {
 		if _, ok := wholeMilli(q); !ok {
-			return 0, fmt.Errorf("quantity %q for %q resource does not fit in int64 millicores", val, name)
+			return 0, 0, fmt.Errorf("quantity %q for %q resource does not fit in int64 millicores", val, name)
 		}
 		micro := q.ScaledValue(resource.Micro)
 		if micro < 0 || micro > math.MaxInt64-500 {
-			return 0, fmt.Errorf("quantity %q for %q resource does not fit in int64 microcores", val, name)
+			return 0, 0, fmt.Errorf("quantity %q for %q resource does not fit in int64 microcores", val, name)
 		}
-		return (micro + 500) / 1000, nil
+		return (micro + 500) / 1000, 0, nil
 	}
-	v, ok := floorValue(q)
+	whole, nanos, ok := splitValue(q)
 	if !ok {
-		return 0, fmt.Errorf("quantity %q for %q resource does not fit in int64", val, name)
+		return 0, 0, fmt.Errorf("quantity %q for %q resource does not fit in int64", val, name)
 	}
-	return v, nil
+	return whole, nanos, nil
 }
 
 // Reservations are the kubelet's static reservations: what it subtracts from
 // capacity to get allocatable and to size the kubepods cgroup. A Reservations
 // value is safe for concurrent reads.
+//
+// The kubelet adds its reservations and thresholds as exact decimal
+// quantities and rounds once, when it reads the result back as an integer;
+// so do the methods below and Allocatable and KubepodsLimits, with the
+// fractions of a unit held in SystemReservedNanos, KubeReservedNanos and
+// Threshold.QuantityNanos.
 type Reservations struct {
 	// SystemReserved and KubeReserved hold cpu (millicores), memory,
-	// ephemeral-storage (bytes) and pid amounts. The kubelet's reservedSystemCPUs
-	// override is already applied (see kubeletconfig).
+	// ephemeral-storage (bytes) and pid amounts, in whole units rounded
+	// down. The kubelet's reservedSystemCPUs override is already applied
+	// (see kubeletconfig).
 	SystemReserved Resources `json:"systemReserved,omitempty"`
 	KubeReserved   Resources `json:"kubeReserved,omitempty"`
+	// SystemReservedNanos and KubeReservedNanos hold, per resource, the
+	// part of the reservation below one unit, in billionths of a unit (0 to
+	// 999999999), for amounts that are not a whole number of units: 0.6Gi
+	// of memory (644245094.4 bytes) is 644245094 in SystemReserved and
+	// 400000000 here. They are nil when every amount is whole, which is the
+	// usual case.
+	SystemReservedNanos map[string]int64 `json:"systemReservedNanos,omitempty"`
+	KubeReservedNanos   map[string]int64 `json:"kubeReservedNanos,omitempty"`
 	// MemoryAvailable is evictionHard["memory.available"].
 	MemoryAvailable Threshold `json:"memoryAvailable"`
 	// NodeFsAvailable is evictionHard["nodefs.available"].
@@ -143,55 +191,73 @@ type Reservations struct {
 	PodsNotEnforced bool `json:"podsNotEnforced,omitempty"`
 }
 
-// Static returns systemReserved + kubeReserved for one resource.
+// static returns systemReserved + kubeReserved for one resource, exactly.
+func (r Reservations) static(name string) exact {
+	sys := newExact(r.SystemReserved[name], r.SystemReservedNanos[name])
+	return sys.plus(newExact(r.KubeReserved[name], r.KubeReservedNanos[name]))
+}
+
+// eviction returns the hard eviction reservation for one resource, exactly.
+func (r Reservations) eviction(name string, capacity int64) exact {
+	switch name {
+	case ResourceMemory:
+		return r.MemoryAvailable.value(capacity)
+	case ResourceEphemeralStorage:
+		return r.NodeFsAvailable.value(capacity)
+	}
+	return exact{}
+}
+
+// total returns systemReserved + kubeReserved + the hard eviction
+// threshold for one resource, exactly.
+func (r Reservations) total(name string, capacity int64) exact {
+	return r.static(name).plus(r.eviction(name, capacity))
+}
+
+// Static returns systemReserved + kubeReserved for one resource, added
+// exactly and rounded down to whole units: capacity − Static(name), clamped
+// at 0, is the kubelet's kubepods amount for that resource.
 func (r Reservations) Static(name string) int64 {
-	return satAdd(r.SystemReserved[name], r.KubeReserved[name])
+	return r.static(name).floor()
 }
 
 // Eviction returns the hard eviction reservation for one resource of the
 // given capacity, as the kubelet's hardEvictionReservation computes it:
 // memory.available for memory, nodefs.available for ephemeral-storage, none
-// for anything else.
+// for anything else; rounded down to whole units, as Threshold.Amount.
 func (r Reservations) Eviction(name string, capacity int64) int64 {
-	switch name {
-	case ResourceMemory:
-		return r.MemoryAvailable.Amount(capacity)
-	case ResourceEphemeralStorage:
-		return r.NodeFsAvailable.Amount(capacity)
-	}
-	return 0
+	return r.eviction(name, capacity).floor()
 }
 
 // Total returns everything the kubelet holds back from a resource of the
-// given capacity: systemReserved + kubeReserved + the hard eviction threshold.
-// The kubelet refuses to start when capacity < Total (validateNodeAllocatable).
+// given capacity: systemReserved + kubeReserved + the hard eviction threshold,
+// added exactly and rounded up to whole units. The kubelet refuses to start
+// when capacity < Total (validateNodeAllocatable: capacity − the exact
+// reservation is negative).
 func (r Reservations) Total(name string, capacity int64) int64 {
-	return satAdd(r.Static(name), r.Eviction(name, capacity))
+	return r.total(name, capacity).ceil()
 }
 
 // Allocatable returns the allocatable resources the kubelet would publish for
 // the given capacity (nodestatus.MachineInfo with
 // GetNodeAllocatableReservation): for every resource, capacity −
-// systemReserved − kubeReserved − hard eviction threshold, clamped at 0; then
-// allocatable memory loses every huge page capacity, clamped at 0 after each.
+// (systemReserved + kubeReserved + hard eviction threshold, added exactly),
+// clamped at 0 and read back as Quantity.Value reads it (rounded up); then
+// allocatable memory loses every huge page capacity, clamped at 0 after
+// each.
 func Allocatable(capacity Resources, r Reservations) Resources {
 	out := make(Resources, len(capacity))
 	for name, v := range capacity {
-		a := v - r.Total(name, capacity[name])
-		if a < 0 {
-			a = 0
-		}
-		out[name] = a
+		out[name] = r.total(name, v).minusClamped(v)
 	}
 	for _, name := range capacity.Names() {
 		if !IsHugePages(name) {
 			continue
 		}
-		m := out[ResourceMemory] - capacity[name]
-		if m < 0 {
-			m = 0
-		}
-		out[ResourceMemory] = m
+		// Huge page capacities are whole bytes: subtracting them after
+		// the rounding gives what the kubelet gets subtracting them
+		// before it.
+		out[ResourceMemory] = max(satSub(out[ResourceMemory], capacity[name]), 0)
 	}
 	return out
 }
@@ -261,8 +327,9 @@ type CgroupLimits struct {
 // KubepodsLimits returns what the kubelet writes on the kubepods cgroup at
 // start (enforceNodeAllocatableCgroups with getCgroupConfig) for the given
 // capacity: unless r.PodsNotEnforced, every resource is capacity −
-// systemReserved − kubeReserved clamped at 0 (no eviction threshold, no huge
-// pages subtracted from memory); memory.max is that memory, cpu.shares is
+// (systemReserved + kubeReserved, added exactly) clamped at 0 and rounded up
+// as Quantity.Value rounds (no eviction threshold, no huge pages subtracted
+// from memory); memory.max is that memory, cpu.shares is
 // MilliCPUToShares of that cpu, cpu.weight follows from the shares, pids.max is
 // that pid amount (capacity["pid"] being pid_max) and every huge page size is
 // limited to its capacity.
@@ -270,10 +337,7 @@ func KubepodsLimits(capacity Resources, r Reservations) CgroupLimits {
 	base := make(Resources, len(capacity))
 	for name, v := range capacity {
 		if !r.PodsNotEnforced {
-			v -= r.Static(name)
-			if v < 0 {
-				v = 0
-			}
+			v = r.static(name).minusClamped(v)
 		}
 		base[name] = v
 	}

@@ -56,7 +56,18 @@ func TestParseThreshold(t *testing.T) {
 		{in: "0", wantErr: true},
 		{in: "-5Mi", wantErr: true},
 		{in: "lots", wantErr: true},
-		{in: "0.1Gi", want: Threshold{Quantity: 107374182}, ok: true},
+		// Fractional quantities are kept exactly, the fraction in nanos.
+		{in: "0.1Gi", want: Threshold{Quantity: 107374182, QuantityNanos: 400_000_000}, ok: true},
+		{in: "0.3Gi", want: Threshold{Quantity: 322122547, QuantityNanos: 200_000_000}, ok: true},
+		{in: "100.5Ki", want: Threshold{Quantity: 102912}, ok: true},
+		// Below one byte: still a threshold (the kubelet keeps it), worth 0
+		// whole bytes.
+		{in: "0.1", want: Threshold{QuantityNanos: 100_000_000}, ok: true},
+		{in: "500m", want: Threshold{QuantityNanos: 500_000_000}, ok: true},
+		{in: "1n", want: Threshold{QuantityNanos: 1}, ok: true},
+		{in: "1e-12", want: Threshold{QuantityNanos: 1}, ok: true}, // ParseQuantity rounds up to 1n
+		{in: "1.000000001", want: Threshold{Quantity: 1, QuantityNanos: 1}, ok: true},
+		{in: "9223372036854775807", wantErr: true},
 	}
 	for _, tc := range tests {
 		got, ok, err := ParseThreshold(tc.in)
@@ -67,6 +78,56 @@ func TestParseThreshold(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("ParseThreshold(%q) = %+v, %v; want %+v, %v", tc.in, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+func TestThresholdSubByte(t *testing.T) {
+	for _, val := range []string{"0.1", "500m", "1n"} {
+		th, ok, err := ParseThreshold(val)
+		if err != nil || !ok {
+			t.Fatalf("ParseThreshold(%q) = %+v, %v, %v", val, th, ok, err)
+		}
+		if th == (Threshold{}) {
+			t.Fatalf("ParseThreshold(%q) = no threshold", val)
+		}
+		// The kubelet: Quantity(capacity − 0.1).Value() rounds back up to
+		// capacity.
+		for _, c := range []int64{0, 1, 1023, 16 * Gi} {
+			if got := th.Amount(c); got != 0 {
+				t.Errorf("%q.Amount(%d) = %d, want 0", val, c, got)
+			}
+			r := Reservations{MemoryAvailable: th}
+			if got := Allocatable(Resources{"memory": c}, r)["memory"]; got != c {
+				t.Errorf("%q: allocatable memory of %d = %d, want %d", val, c, got, c)
+			}
+		}
+		// A percentage set alongside loses: the quantity wins, as in the
+		// kubelet.
+		th.Percentage = 0.5
+		if got := th.Amount(16 * Gi); got != 0 {
+			t.Errorf("%q with a percentage: Amount = %d, want 0", val, got)
+		}
+	}
+}
+
+func TestThresholdString(t *testing.T) {
+	tests := map[string]string{
+		"100Mi": "100Mi",
+		"0.1":   "100m",
+		"0.3Gi": "322122547200m",
+		"5%":    "5%",
+	}
+	for in, want := range tests {
+		th, _, err := ParseThreshold(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := th.String(); got != want {
+			t.Errorf("ParseThreshold(%q).String() = %q, want %q", in, got, want)
+		}
+	}
+	if got := (Threshold{}).String(); got != "none" {
+		t.Errorf("zero Threshold = %q", got)
 	}
 }
 
@@ -102,6 +163,51 @@ func TestParseReservation(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("ParseReservation(%s, %q) = %d, %v; want %d", tc.name, tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseReservationExact(t *testing.T) {
+	tests := []struct {
+		name, in     string
+		whole, nanos int64
+		errPart      string
+	}{
+		{name: "cpu", in: "1.0005", whole: 1001},
+		{name: "cpu", in: "0.3335", whole: 334}, // rounded to the millicore, no fraction kept
+		{name: "memory", in: "1Gi", whole: Gi},
+		{name: "memory", in: "0.6Gi", whole: 644245094, nanos: 400_000_000},
+		{name: "memory", in: "0.4Gi", whole: 429496729, nanos: 600_000_000},
+		{name: "memory", in: "0.7Gi", whole: 751619276, nanos: 800_000_000},
+		{name: "memory", in: "100.5", whole: 100, nanos: 500_000_000},
+		{name: "memory", in: "1e-3", nanos: 1_000_000},
+		{name: "memory", in: "0", whole: 0},
+		{name: "ephemeral-storage", in: "0.33Ti", whole: 362838837166, nanos: 80_000_000},
+		{name: "pid", in: "1.5k", whole: 1500},
+		{name: "memory", in: "-0.5", errPart: "cannot be negative"},
+		{name: "memory", in: "9223372036854775807", errPart: "does not fit"},
+		{name: "pods", in: "10", errPart: "cannot reserve"},
+	}
+	for _, tc := range tests {
+		whole, nanos, err := ParseReservationExact(tc.name, tc.in)
+		if tc.errPart != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errPart) {
+				t.Errorf("ParseReservationExact(%s, %q) error = %v, want one containing %q", tc.name, tc.in, err, tc.errPart)
+			}
+			continue
+		}
+		if err != nil || whole != tc.whole || nanos != tc.nanos {
+			t.Errorf("ParseReservationExact(%s, %q) = %d, %d, %v; want %d, %d", tc.name, tc.in, whole, nanos, err, tc.whole, tc.nanos)
+		}
+		// Exact: whole + nanos/1e9 is the quantity (cpu: rounded to the
+		// millicore first).
+		if tc.name != "cpu" {
+			q := resource.MustParse(tc.in)
+			sum := resource.NewQuantity(whole, resource.DecimalSI)
+			sum.Add(*resource.NewScaledQuantity(nanos, resource.Nano))
+			if sum.Cmp(q) != 0 {
+				t.Errorf("ParseReservationExact(%s, %q): %d + %dn = %s, not %s", tc.name, tc.in, whole, nanos, sum, q.String())
+			}
 		}
 	}
 }
@@ -162,6 +268,53 @@ func TestAllocatable(t *testing.T) {
 			want: Resources{"cpu": 1000, "memory": 4 * Gi,
 				"ephemeral-storage": 100_000_000_000 - 1_000_000_000 - int64(float64(100_000_000_000)*float64(tenPct.Percentage))},
 		},
+		{
+			// systemReserved 0.6Gi + kubeReserved 0.4Gi: exactly 1Gi, not
+			// floor(0.6Gi) + floor(0.4Gi) = 1Gi − 1.
+			name:     "fractional reservations summing to a whole byte",
+			capacity: Resources{"cpu": 2000, "memory": 16 * Gi},
+			r: Reservations{
+				SystemReserved:      Resources{"memory": 644245094},
+				SystemReservedNanos: map[string]int64{"memory": 400_000_000},
+				KubeReserved:        Resources{"memory": 429496729},
+				KubeReservedNanos:   map[string]int64{"memory": 600_000_000},
+			},
+			want: Resources{"cpu": 2000, "memory": 15 * Gi},
+		},
+		{
+			// kubeReserved 0.7Gi + memory.available 0.3Gi: exactly 1Gi.
+			name:     "fractional reservation and threshold summing to a whole byte",
+			capacity: Resources{"cpu": 2000, "memory": 16 * Gi},
+			r: Reservations{
+				KubeReserved:      Resources{"memory": 751619276},
+				KubeReservedNanos: map[string]int64{"memory": 800_000_000},
+				MemoryAvailable:   Threshold{Quantity: 322122547, QuantityNanos: 200_000_000},
+			},
+			want: Resources{"cpu": 2000, "memory": 15 * Gi},
+		},
+		{
+			// 0.5 + 0.6 bytes: 1.1 bytes, read back as capacity − 1.
+			name:     "fractions carrying past a whole byte",
+			capacity: Resources{"memory": Gi},
+			r: Reservations{
+				SystemReservedNanos: map[string]int64{"memory": 500_000_000},
+				MemoryAvailable:     Threshold{QuantityNanos: 600_000_000},
+			},
+			want: Resources{"memory": Gi - 1},
+		},
+		{
+			name:     "sub-byte threshold changes nothing",
+			capacity: Resources{"cpu": 1000, "memory": 16*Gi + 1},
+			r:        Reservations{MemoryAvailable: Threshold{QuantityNanos: 100_000_000}},
+			want:     Resources{"cpu": 1000, "memory": 16*Gi + 1},
+		},
+		{
+			// 0.5 byte above capacity: negative, so 0.
+			name:     "fractional reservation just above capacity clamps at zero",
+			capacity: Resources{"memory": 100, "hugepages-2Mi": 0},
+			r:        Reservations{SystemReserved: Resources{"memory": 100}, SystemReservedNanos: map[string]int64{"memory": 500_000_000}},
+			want:     Resources{"memory": 0, "hugepages-2Mi": 0},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,8 +328,9 @@ func TestAllocatable(t *testing.T) {
 
 // kubeletAllocatable is an independent oracle: the kubelet's own code path
 // (GetNodeAllocatableReservation + nodestatus.MachineInfo), on Quantities,
-// with reservations as written in a KubeletConfiguration.
-func kubeletAllocatable(capacity map[string]resource.Quantity, sys, kube map[string]string, memAvail, nodefsAvail string) map[string]resource.Quantity {
+// with reservations as written in a KubeletConfiguration. It returns the
+// allocatable resources and the reservation they are computed from.
+func kubeletAllocatable(capacity map[string]resource.Quantity, sys, kube map[string]string, memAvail, nodefsAvail string) (alloc, reservation map[string]resource.Quantity) {
 	parse := func(m map[string]string) map[string]resource.Quantity {
 		out := map[string]resource.Quantity{}
 		for k, v := range m {
@@ -204,7 +358,7 @@ func kubeletAllocatable(capacity map[string]resource.Quantity, sys, kube map[str
 		"memory":            threshold(memAvail, capacity["memory"]),
 		"ephemeral-storage": threshold(nodefsAvail, capacity["ephemeral-storage"]),
 	}
-	reservation := map[string]resource.Quantity{}
+	reservation = map[string]resource.Quantity{}
 	for k := range capacity {
 		v := resource.NewQuantity(0, resource.DecimalSI)
 		if q, ok := sr[k]; ok {
@@ -220,7 +374,7 @@ func kubeletAllocatable(capacity map[string]resource.Quantity, sys, kube map[str
 			reservation[k] = *v
 		}
 	}
-	alloc := map[string]resource.Quantity{}
+	alloc = map[string]resource.Quantity{}
 	for k, v := range capacity {
 		value := v.DeepCopy()
 		if res, ok := reservation[k]; ok {
@@ -241,14 +395,14 @@ func kubeletAllocatable(capacity map[string]resource.Quantity, sys, kube map[str
 			alloc["memory"] = m
 		}
 	}
-	return alloc
+	return alloc, reservation
 }
 
 func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 	rng := rand.New(rand.NewSource(3953))
 	cpuRes := []string{"", "0", "100m", "250m", "1", "1500m", "0.0015", "3"}
-	memRes := []string{"", "0", "100Mi", "512Mi", "1Gi", "1.5Gi", "0.1Gi", "123456789"}
-	thresholds := []string{"", "0%", "100%", "100Mi", "1Gi", "5%", "7.5%", "10%", "33.3%", "0.1%", "500M"}
+	memRes := []string{"", "0", "100Mi", "512Mi", "1Gi", "1.5Gi", "0.1Gi", "123456789", "0.6Gi", "0.4Gi", "0.7Gi", "100.5", "0.5", "1e-3"}
+	thresholds := []string{"", "0%", "100%", "100Mi", "1Gi", "5%", "7.5%", "10%", "33.3%", "0.1%", "500M", "0.3Gi", "0.9Gi", "0.1", "500m", "0.5"}
 	for i := 0; i < 5000; i++ {
 		capacity := map[string]resource.Quantity{
 			"cpu":    *resource.NewMilliQuantity(int64(1+rng.Intn(256))*1000, resource.DecimalSI),
@@ -264,8 +418,8 @@ func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 			capacity["ephemeral-storage"] = *resource.NewQuantity(rng.Int63n(4_000_000_000_000)+1, resource.DecimalSI)
 		}
 		sys, kube := map[string]string{}, map[string]string{}
-		// At most one fractional memory term per resource: the case the
-		// floor rounding reproduces exactly.
+		// Fractional amounts on every term: their sum is exact, rounded
+		// once.
 		if v := cpuRes[rng.Intn(len(cpuRes))]; v != "" {
 			sys["cpu"] = v
 		}
@@ -275,16 +429,16 @@ func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 		if v := memRes[rng.Intn(len(memRes))]; v != "" {
 			sys["memory"] = v
 		}
-		if v := memRes[rng.Intn(4)]; v != "" { // whole bytes only
+		if v := memRes[rng.Intn(len(memRes))]; v != "" {
 			kube["memory"] = v
 		}
 		if rng.Intn(2) == 0 {
-			kube["ephemeral-storage"] = "1G"
+			kube["ephemeral-storage"] = []string{"1G", "0.5", "0.9Gi"}[rng.Intn(3)]
 		}
 		memAvail := thresholds[rng.Intn(len(thresholds))]
 		nodefsAvail := thresholds[rng.Intn(len(thresholds))]
 
-		want := kubeletAllocatable(capacity, sys, kube, memAvail, nodefsAvail)
+		want, reservation := kubeletAllocatable(capacity, sys, kube, memAvail, nodefsAvail)
 
 		c := Resources{}
 		for k, q := range capacity {
@@ -294,20 +448,23 @@ func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 				c[k] = q.Value()
 			}
 		}
-		r := Reservations{SystemReserved: Resources{}, KubeReserved: Resources{}}
+		r := Reservations{
+			SystemReserved: Resources{}, SystemReservedNanos: map[string]int64{},
+			KubeReserved: Resources{}, KubeReservedNanos: map[string]int64{},
+		}
 		for k, v := range sys {
-			n, err := ParseReservation(k, v)
+			n, nanos, err := ParseReservationExact(k, v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.SystemReserved[k] = n
+			r.SystemReserved[k], r.SystemReservedNanos[k] = n, nanos
 		}
 		for k, v := range kube {
-			n, err := ParseReservation(k, v)
+			n, nanos, err := ParseReservationExact(k, v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.KubeReserved[k] = n
+			r.KubeReserved[k], r.KubeReservedNanos[k] = n, nanos
 		}
 		if th, ok, err := ParseThreshold(memAvail); err == nil && ok {
 			r.MemoryAvailable = th
@@ -328,6 +485,77 @@ func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 		}
 		if len(got) != len(want) {
 			t.Fatalf("case %d: Allocatable has %d resources, kubelet %d", i, len(got), len(want))
+		}
+		// The kubelet's validateNodeAllocatable refuses a capacity below
+		// the exact reservation; Total is its threshold.
+		for _, k := range []string{"cpu", "memory", "ephemeral-storage"} {
+			q, ok := capacity[k]
+			if !ok {
+				continue
+			}
+			left := q.DeepCopy()
+			left.Sub(reservation[k])
+			refused := left.Sign() < 0
+			if (c[k] < r.Total(k, c[k])) != refused {
+				t.Fatalf("case %d: %s: capacity %d, Total %d, kubelet refuses %v\nsys %v kube %v memory.available %q nodefs.available %q",
+					i, k, c[k], r.Total(k, c[k]), refused, sys, kube, memAvail, nodefsAvail)
+			}
+		}
+	}
+}
+
+// TestTotalMatchesValidateNodeAllocatable checks Total against the kubelet's
+// validateNodeAllocatable, which refuses a capacity when capacity minus the
+// exact reservation is negative, at the capacities around the reservation.
+func TestTotalMatchesValidateNodeAllocatable(t *testing.T) {
+	amounts := []string{"", "1Gi", "0.6Gi", "0.4Gi", "0.7Gi", "0.3Gi", "100.5", "0.5", "0.1", "1n"}
+	for _, sys := range amounts {
+		for _, kube := range amounts {
+			for _, th := range amounts {
+				var r Reservations
+				exact := resource.NewQuantity(0, resource.DecimalSI)
+				if sys != "" {
+					whole, nanos, err := ParseReservationExact("memory", sys)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.SystemReserved, r.SystemReservedNanos = Resources{"memory": whole}, map[string]int64{"memory": nanos}
+					exact.Add(resource.MustParse(sys))
+				}
+				if kube != "" {
+					whole, nanos, err := ParseReservationExact("memory", kube)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.KubeReserved, r.KubeReservedNanos = Resources{"memory": whole}, map[string]int64{"memory": nanos}
+					exact.Add(resource.MustParse(kube))
+				}
+				if th != "" {
+					var err error
+					if r.MemoryAvailable, _, err = ParseThreshold(th); err != nil {
+						t.Fatal(err)
+					}
+					exact.Add(resource.MustParse(th))
+				}
+				for c := exact.Value() - 2; c <= exact.Value()+1; c++ {
+					if c < 0 {
+						continue
+					}
+					left := resource.NewQuantity(c, resource.BinarySI)
+					left.Sub(*exact)
+					if refused := left.Sign() < 0; (c < r.Total("memory", c)) != refused {
+						t.Errorf("sys %q kube %q threshold %q, capacity %d: Total %d, kubelet refuses %v",
+							sys, kube, th, c, r.Total("memory", c), refused)
+					}
+					want := int64(0) // nodestatus.MachineInfo clamps before reading back
+					if left.Sign() > 0 {
+						want = left.Value()
+					}
+					if got := Allocatable(Resources{"memory": c}, r)["memory"]; got != want {
+						t.Errorf("sys %q kube %q threshold %q, capacity %d: Allocatable %d, kubelet %d", sys, kube, th, c, got, want)
+					}
+				}
+			}
 		}
 	}
 }
@@ -396,6 +624,20 @@ func TestKubepodsLimits(t *testing.T) {
 	tiny := KubepodsLimits(Resources{"cpu": 100, "memory": Gi}, Reservations{SystemReserved: Resources{"cpu": 500}})
 	if tiny.CPUShares != MinShares || tiny.CPUWeight != 1 {
 		t.Fatalf("KubepodsLimits with cpu fully reserved = %+v, want 2 shares, weight 1", tiny)
+	}
+
+	// systemReserved 0.6Gi + kubeReserved 0.4Gi is exactly 1Gi; the
+	// eviction threshold (here below one byte) is not subtracted at all.
+	frac := Reservations{
+		SystemReserved:      Resources{"memory": 644245094, "pid": 10},
+		SystemReservedNanos: map[string]int64{"memory": 400_000_000, "pid": 500_000_000},
+		KubeReserved:        Resources{"memory": 429496729},
+		KubeReservedNanos:   map[string]int64{"memory": 600_000_000},
+		MemoryAvailable:     Threshold{QuantityNanos: 100_000_000},
+	}
+	fl := KubepodsLimits(Resources{"memory": 16 * Gi, "pid": 1000}, frac)
+	if fl.MemoryMax != 15*Gi || fl.PidsMax != 990 { // 1000 − 10.5, rounded up
+		t.Fatalf("KubepodsLimits with fractional reservations = %+v, want memory.max %d, pids.max 990", fl, 15*Gi)
 	}
 }
 

@@ -12,5 +12,8 @@
 // enforces is what a kubelet started on the same machine would compute.
 //
 // Amounts are int64 in base units: cpu in millicores, every other resource in
-// bytes.
+// bytes. The kubelet's reservations and eviction thresholds may be a fraction
+// of a unit (0.3Gi is 322122547.2 bytes); Reservations and Threshold carry
+// that fraction separately, in billionths of a unit, so that sums are exact
+// and rounded once, as the kubelet rounds them.
 package decide

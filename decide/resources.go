@@ -189,18 +189,71 @@ func wholeValue(q resource.Quantity) (int64, bool) {
 	return q.Value(), true
 }
 
-// floorValue returns q rounded down to a whole number of base units, and
-// false on overflow. Subtracting floor(r) from an integer capacity yields
-// exactly the kubelet's Quantity(capacity − r).Value(), which rounds up.
-func floorValue(q resource.Quantity) (int64, bool) {
-	v, ok := wholeValue(q)
+// nanosPerUnit is the number of nano units in one base unit. A quantity that
+// resource.ParseQuantity returns is a whole number of nano units (finer
+// amounts are rounded up to 1n), so whole + nanos/nanosPerUnit holds it
+// exactly.
+const nanosPerUnit = 1_000_000_000
+
+// splitValue returns q as whole base units, rounded down, plus the rest in
+// nano units (0 ≤ nanos < 1e9), and false on overflow. whole + nanos/1e9 is q
+// exactly for every quantity ParseQuantity returns.
+func splitValue(q resource.Quantity) (whole, nanos int64, ok bool) {
+	v, ok := wholeValue(q) // rounded up
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	if resource.NewQuantity(v, resource.DecimalSI).Cmp(q) > 0 {
+	rest := q.DeepCopy()
+	rest.Sub(*resource.NewQuantity(v, resource.DecimalSI)) // in (-1, 0]
+	if rest.Sign() < 0 {
 		v--
+		rest.Add(*resource.NewQuantity(1, resource.DecimalSI)) // in (0, 1)
 	}
-	return v, true
+	return v, rest.ScaledValue(resource.Nano), true
+}
+
+// exact is an amount of whole + nanos/1e9 base units, held exactly: the
+// kubelet adds and subtracts its reservations as exact decimal quantities
+// and rounds only once, when the result is read back as an integer. nanos is
+// kept in [0, 1e9), so whole is the amount rounded down. The whole part
+// saturates instead of wrapping.
+type exact struct {
+	whole, nanos int64
+}
+
+// newExact normalises whole + nanos/1e9 (nanos of any sign and size).
+func newExact(whole, nanos int64) exact {
+	carry := nanos / nanosPerUnit
+	nanos -= carry * nanosPerUnit
+	if nanos < 0 {
+		carry--
+		nanos += nanosPerUnit
+	}
+	return exact{whole: satAdd(whole, carry), nanos: nanos}
+}
+
+// plus returns e + o.
+func (e exact) plus(o exact) exact {
+	return newExact(satAdd(e.whole, o.whole), e.nanos+o.nanos)
+}
+
+// floor returns e rounded down to whole base units.
+func (e exact) floor() int64 { return e.whole }
+
+// ceil returns e rounded up to whole base units.
+func (e exact) ceil() int64 {
+	if e.nanos > 0 {
+		return satAdd(e.whole, 1)
+	}
+	return e.whole
+}
+
+// minusClamped returns capacity − e as the kubelet reads it back:
+// Quantity(capacity − e).Value(), which rounds up, and 0 when the exact
+// difference is negative. For an integer capacity that is capacity −
+// floor(e), clamped at 0.
+func (e exact) minusClamped(capacity int64) int64 {
+	return max(satSub(capacity, e.floor()), 0)
 }
 
 func satAdd(a, b int64) int64 {
@@ -212,6 +265,16 @@ func satAdd(a, b int64) int64 {
 		return math.MinInt64
 	}
 	return s
+}
+
+func satSub(a, b int64) int64 {
+	if b == math.MinInt64 {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return a - b
+	}
+	return satAdd(a, -b)
 }
 
 func satMul(a, b int64) int64 {

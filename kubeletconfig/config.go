@@ -8,10 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/node-resized/node-resized/decide"
@@ -149,11 +152,13 @@ func Default() *Config {
 // Load reads the KubeletConfiguration at path and, with WithDropInDir, merges
 // the drop-in directory over it, exactly as the kubelet does: the file is
 // decoded (apiVersion kubelet.config.k8s.io/v1beta1, kind
-// KubeletConfiguration; unknown fields are tolerated with a warning, as the
-// kubelet's lenient fallback does), defaulted, given the default evictionHard
-// when it sets none, then each drop-in is merged and the result defaulted
-// again. A missing file is an error that wraps fs.ErrNotExist, so a caller
-// may fall back to Default.
+// KubeletConfiguration; field names matched case-sensitively; unknown fields
+// are tolerated with a warning, as the kubelet's lenient fallback does; a
+// value of the wrong JSON type, such as an unquoted number in systemReserved,
+// is refused, as the kubelet refuses it), defaulted, given the default
+// evictionHard when it sets none, then each drop-in is merged and the result
+// defaulted again. A missing file is an error that wraps fs.ErrNotExist, so a
+// caller may fall back to Default.
 func Load(path string, opts ...Option) (*Config, error) {
 	var o options
 	for _, opt := range opts {
@@ -172,6 +177,11 @@ func Load(path string, opts ...Option) (*Config, error) {
 	kc := &kubeletv1beta1.KubeletConfiguration{}
 	warnings, err := decode(data, kc)
 	if err != nil {
+		var fe *Error
+		if errors.As(err, &fe) {
+			fe.Path = path
+			return nil, fe
+		}
 		return nil, &Error{Path: path, Err: err}
 	}
 	for i, w := range warnings {
@@ -237,21 +247,104 @@ func checkKind(data []byte) error {
 	return nil
 }
 
-// decode decodes one configuration file into kc, returning warnings for
-// what a strict decoder refuses but the kubelet tolerates.
+// decode decodes one configuration file into kc as the kubelet's codec
+// does (DecodeKubeletConfiguration): YAML to JSON, then the JSON decoded
+// case-sensitively into the v1beta1 type, strictly first and leniently when
+// only the strict checks fail. What the strict checks refuse (unknown or
+// duplicate fields) comes back as warnings. A value of the wrong JSON type,
+// such as an unquoted number where the kubelet wants a string, is an error,
+// as it is for the kubelet: sigs.k8s.io/yaml.Unmarshal would quietly turn
+// the number into a string.
 func decode(data []byte, kc *kubeletv1beta1.KubeletConfiguration) ([]string, error) {
 	if err := checkKind(data); err != nil {
 		return nil, err
 	}
-	if err := yaml.Unmarshal(data, kc); err != nil {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
 		return nil, fmt.Errorf("failed to decode: %w", err)
 	}
-	var warnings []string
-	var strict kubeletv1beta1.KubeletConfiguration
-	if err := yaml.UnmarshalStrict(data, &strict); err != nil {
-		warnings = append(warnings, "decoded leniently: "+err.Error())
+	var strictErrs []error
+	if _, err := yaml.YAMLToJSONStrict(data); err != nil {
+		strictErrs = append(strictErrs, err)
 	}
-	return warnings, nil
+	var strict kubeletv1beta1.KubeletConfiguration
+	errs, err := kjson.UnmarshalStrict(js, &strict)
+	if err != nil {
+		// A fatal decoding error, not one of strictness: the kubelet
+		// refuses the file.
+		return nil, typeError(js, err)
+	}
+	strictErrs = append(strictErrs, errs...)
+	if len(strictErrs) == 0 {
+		*kc = strict
+		return nil, nil
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, kc); err != nil {
+		return nil, typeError(js, err)
+	}
+	msgs := make([]string, len(strictErrs))
+	for i, e := range strictErrs {
+		msgs[i] = e.Error()
+	}
+	return []string{"decoded leniently: " + strings.Join(msgs, "; ")}, nil
+}
+
+// typeError explains a fatal JSON decoding error of the document js. When a
+// field whose values must be strings (systemReserved, kubeReserved,
+// evictionHard…) holds something else, such as a number written unquoted in
+// YAML, the error is an *Error naming the field and the key; otherwise err
+// is returned as "failed to decode".
+func typeError(js []byte, err error) error {
+	doc, derr := decodeJSON(js)
+	if m, ok := doc.(map[string]any); ok && derr == nil {
+		for _, field := range stringMapFields() {
+			values, ok := m[field].(map[string]any)
+			if !ok {
+				continue
+			}
+			keys := make([]string, 0, len(values))
+			for k := range values {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				var what string
+				switch v := values[k].(type) {
+				case string, nil:
+					continue
+				case json.Number:
+					what = fmt.Sprintf("the number %s must be a string (write it quoted: %q)", v, v.String())
+				case bool:
+					what = fmt.Sprintf("the boolean %t must be a string (write it quoted: \"%t\")", v, v)
+				case []any:
+					what = "a list must be a string"
+				default:
+					what = "an object must be a string"
+				}
+				return &Error{Field: fmt.Sprintf("%s[%q]", field, k), Err: fmt.Errorf("%s; the kubelet refuses the file: %w", what, err)}
+			}
+		}
+	}
+	return fmt.Errorf("failed to decode: %w", err)
+}
+
+// stringMapFields lists the JSON names of the KubeletConfiguration fields
+// that are maps of strings, sorted.
+func stringMapFields() []string {
+	var fields []string
+	t := reflect.TypeFor[kubeletv1beta1.KubeletConfiguration]()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Map || f.Type.Key().Kind() != reflect.String || f.Type.Elem().Kind() != reflect.String {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			fields = append(fields, name)
+		}
+	}
+	sort.Strings(fields)
+	return fields
 }
 
 // mergeDropIns merges the drop-in directory over kc, as the kubelet's
@@ -299,6 +392,11 @@ func mergeDropIns(kc *kubeletv1beta1.KubeletConfiguration, dir string) (merged, 
 	}
 	out := kubeletv1beta1.KubeletConfiguration{}
 	if err := json.Unmarshal(base, &out); err != nil {
+		var fe *Error
+		if errors.As(typeError(base, err), &fe) {
+			fe.Path = dir
+			return nil, nil, fe
+		}
 		return nil, nil, &Error{Path: dir, Err: fmt.Errorf("failed to decode the merged configuration: %w", err)}
 	}
 	setDefaults(&out)
@@ -399,10 +497,10 @@ func fromKubelet(kc *kubeletv1beta1.KubeletConfiguration, path string) (*Config,
 		}
 		sys[decide.ResourceCPU] = strconv.Itoa(len(ids))
 	}
-	if c.Reservations.SystemReserved, err = parseReserved(sys); err != nil {
+	if c.Reservations.SystemReserved, c.Reservations.SystemReservedNanos, err = parseReserved(sys); err != nil {
 		return nil, fieldErr("systemReserved", err)
 	}
-	if c.Reservations.KubeReserved, err = parseReserved(kube); err != nil {
+	if c.Reservations.KubeReserved, c.Reservations.KubeReservedNanos, err = parseReserved(kube); err != nil {
 		return nil, fieldErr("kubeReserved", err)
 	}
 	for _, signal := range sortedKeys(kc.EvictionHard) {
@@ -435,19 +533,28 @@ func fromKubelet(kc *kubeletv1beta1.KubeletConfiguration, path string) (*Config,
 	return c, nil
 }
 
-func parseReserved(m map[string]string) (decide.Resources, error) {
+// parseReserved parses a systemReserved or kubeReserved map exactly: whole
+// units, and the fractions of a unit in nanos (nil when every amount is
+// whole).
+func parseReserved(m map[string]string) (whole decide.Resources, nanos map[string]int64, err error) {
 	if len(m) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	out := decide.Resources{}
+	whole = decide.Resources{}
 	for _, k := range sortedKeys(m) {
-		v, err := decide.ParseReservation(k, m[k])
+		w, n, err := decide.ParseReservationExact(k, m[k])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out[k] = v
+		whole[k] = w
+		if n != 0 {
+			if nanos == nil {
+				nanos = map[string]int64{}
+			}
+			nanos[k] = n
+		}
 	}
-	return out, nil
+	return whole, nanos, nil
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -193,6 +193,47 @@ func TestLoad(t *testing.T) {
 			},
 		},
 		{
+			// 0.6Gi + 0.4Gi of memory reserved is exactly 1Gi; the kubelet
+			// adds the exact quantities and rounds once.
+			name: "fractional reservations and thresholds are kept exactly",
+			path: "fractional.yaml",
+			check: func(t *testing.T, c *Config) {
+				want := decide.Reservations{
+					SystemReserved:      decide.Resources{"memory": 644245094},
+					SystemReservedNanos: map[string]int64{"memory": 400_000_000},
+					KubeReserved:        decide.Resources{"memory": 429496729, "ephemeral-storage": 751619276},
+					KubeReservedNanos:   map[string]int64{"memory": 600_000_000, "ephemeral-storage": 800_000_000},
+					MemoryAvailable:     decide.Threshold{QuantityNanos: 500_000_000},
+					NodeFsAvailable:     decide.Threshold{Quantity: 322122547, QuantityNanos: 200_000_000},
+				}
+				if !reflect.DeepEqual(c.Reservations, want) {
+					t.Fatalf("reservations %+v, want %+v", c.Reservations, want)
+				}
+				capacity := decide.Resources{"cpu": 4000, "memory": 16 * Gi, "ephemeral-storage": 100 * Gi}
+				alloc := decide.Allocatable(capacity, c.Reservations)
+				// memory: 16Gi − 1Gi − 0.5 byte, rounded up; storage:
+				// 100Gi − (0.7Gi + 0.3Gi).
+				if alloc["memory"] != 15*Gi || alloc["ephemeral-storage"] != 99*Gi || alloc["cpu"] != 4000 {
+					t.Fatalf("allocatable %v", alloc)
+				}
+				if l := decide.KubepodsLimits(capacity, c.Reservations); l.MemoryMax != 15*Gi {
+					t.Fatalf("kubepods memory.max %d, want %d", l.MemoryMax, 15*Gi)
+				}
+			},
+		},
+		{
+			name: "field names are matched case-sensitively, as the kubelet matches them",
+			path: "miscased-field.yaml",
+			check: func(t *testing.T, c *Config) {
+				if c.Reservations.SystemReserved != nil || c.Reservations.KubeReserved["memory"] != 256*Mi {
+					t.Fatalf("reservations %+v", c.Reservations)
+				}
+				if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "SystemReserved") {
+					t.Fatalf("warnings %v", c.Warnings)
+				}
+			},
+		},
+		{
 			name: "JSON is YAML",
 			path: "config.json",
 			check: func(t *testing.T, c *Config) {
@@ -237,6 +278,14 @@ func TestLoadErrors(t *testing.T) {
 		{name: "resource that cannot be reserved", path: "bad-resource.yaml", field: "systemReserved", parts: []string{`cannot reserve "hugepages-2Mi"`}},
 		{name: "unknown eviction signal", path: "bad-signal.yaml", field: `evictionHard["memory.free"]`, parts: []string{"unsupported eviction signal"}},
 		{name: "percentage above 100", path: "bad-percent.yaml", field: `evictionHard["memory.available"]`, parts: []string{"<= 100%"}},
+		// The kubelet decodes YAML numbers as JSON numbers, which a map of
+		// strings refuses.
+		{name: "unquoted number in systemReserved", path: "unquoted-number.yaml", field: `systemReserved["cpu"]`,
+			parts: []string{"unquoted-number.yaml", `"1"`, "json: cannot unmarshal number into Go struct field KubeletConfiguration.systemReserved of type string"}},
+		{name: "unquoted number in evictionHard", path: "unquoted-threshold.yaml", field: `evictionHard["pid.available"]`,
+			parts: []string{"the number 1000 must be a string", "cannot unmarshal number"}},
+		{name: "unquoted number in a drop-in", path: "minimal.yaml", dropIns: "dropin-unquoted", field: `kubeReserved["pid"]`,
+			parts: []string{"dropin-unquoted", "cannot unmarshal number"}},
 		{name: "drop-in of the wrong version", path: "minimal.yaml", dropIns: "dropin-bad", parts: []string{"10-wrong.conf", "v1alpha1"}},
 		{name: "missing drop-in directory", path: "minimal.yaml", dropIns: "absent.d", parts: []string{"absent.d"}},
 		{name: "no path", parts: []string{"no configuration file given"}},
