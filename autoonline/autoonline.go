@@ -10,12 +10,12 @@
 package autoonline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/node-resized/node-resized/metrics"
@@ -24,13 +24,22 @@ import (
 )
 
 // Onliner onlines what was hot-added. It is safe for concurrent use.
+// OnChange only queues the work; Run does it, so that a slow online (a CPU
+// coming up, a block being onlined) never holds up the detection loop.
 type Onliner struct {
 	sysRoot string
 	log     *slog.Logger
 	m       *metrics.Metrics
+	work    chan job
 
 	mu   sync.Mutex // guards prev
 	prev *topology.Snapshot
+}
+
+// job is one write that brings a device online.
+type job struct {
+	kind, name, path string
+	values           []string // tried in order until the kernel takes one
 }
 
 // New returns an onliner writing under the sysfs root sysRoot.
@@ -41,11 +50,12 @@ func New(sysRoot string, log *slog.Logger, m *metrics.Metrics) *Onliner {
 	if m == nil {
 		m = metrics.New()
 	}
-	return &Onliner{sysRoot: sysRoot, log: log, m: m}
+	return &Onliner{sysRoot: sysRoot, log: log, m: m, work: make(chan job, 8192)}
 }
 
-// OnChange onlines the CPUs and memory blocks that appeared, offline, since
-// the previous model. It is meant for monitor.Config.OnChange.
+// OnChange queues the CPUs and memory blocks that appeared, offline, since
+// the previous model. It is meant for monitor.Config.OnChange and never
+// blocks.
 func (o *Onliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 	o.mu.Lock()
 	prev := o.prev
@@ -55,29 +65,54 @@ func (o *Onliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 		return // the first model: nothing was hot-added yet
 	}
 	for _, id := range AddedCPUs(prev, snap) {
-		o.online("cpu", fmt.Sprintf("cpu%d", id), filepath.Join(o.sysRoot, "devices/system/cpu", fmt.Sprintf("cpu%d", id), "online"), "1")
+		name := fmt.Sprintf("cpu%d", id)
+		o.queue(job{"cpu", name, filepath.Join(o.sysRoot, "devices/system/cpu", name, "online"), []string{"1"}})
 	}
 	for _, b := range AddedBlocks(prev, snap) {
-		state := "online_movable"
-		if b.Zone != "" && !strings.Contains(b.Zone, "Movable") {
-			state = "online" // the kernel offers no movable zone for it
-		}
-		o.online("memory_block", fmt.Sprintf("memory%d", b.ID), filepath.Join(o.sysRoot, "devices/system/memory", fmt.Sprintf("memory%d", b.ID), "state"), state)
+		name := fmt.Sprintf("memory%d", b.ID)
+		// Movable first, so the block can be unplugged again; the kernel
+		// refuses it where the block cannot be movable, then "online"
+		// takes its default zone.
+		o.queue(job{"memory_block", name, filepath.Join(o.sysRoot, "devices/system/memory", name, "state"), []string{"online_movable", "online"}})
 	}
 }
 
-func (o *Onliner) online(kind, name, path, value string) {
-	err := os.WriteFile(path, []byte(value), 0o644)
-	if errors.Is(err, os.ErrNotExist) {
-		return // gone again before we came to it
+func (o *Onliner) queue(j job) {
+	select {
+	case o.work <- j:
+	default:
+		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
+		o.log.Error("too many hot-added devices queued; not bringing this one online", "device", j.name)
 	}
-	if err != nil {
-		o.m.AutoOnline.WithLabelValues(kind, "error").Inc()
-		o.log.Error("bring a hot-added device online", "device", name, "path", path, "value", value, "err", err)
-		return
+}
+
+// Run brings the queued devices online until ctx is done.
+func (o *Onliner) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case j := <-o.work:
+			o.online(j)
+		}
 	}
-	o.m.AutoOnline.WithLabelValues(kind, "onlined").Inc()
-	o.log.Info("brought a hot-added device online", "device", name, "value", value)
+}
+
+func (o *Onliner) online(j job) {
+	var err error
+	for _, v := range j.values {
+		err = os.WriteFile(j.path, []byte(v), 0o644)
+		if errors.Is(err, os.ErrNotExist) {
+			return // gone again before we came to it
+		}
+		if err == nil {
+			o.m.AutoOnline.WithLabelValues(j.kind, "onlined").Inc()
+			o.log.Info("brought a hot-added device online", "device", j.name, "value", v)
+			return
+		}
+	}
+	o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
+	o.log.Error("bring a hot-added device online", "device", j.name, "path", j.path, "err", err)
 }
 
 // AddedCPUs returns the CPUs present in cur but not in prev that are offline.

@@ -1,11 +1,13 @@
 package autoonline
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -40,6 +42,9 @@ func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 	}
 	mt := metrics.New()
 	o := New(tree.Sys, nil, mt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go o.Run(ctx)
 	snap := func() *topology.Snapshot {
 		s, err := fsys.Snapshot()
 		if err != nil {
@@ -50,8 +55,13 @@ func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 	o.OnChange(monitor.Change{}, snap()) // cpu2 and cpu3 were offline at start: an operator's choice
 
 	// A DIMM arrives with two offline blocks; block 9 could go Movable.
-	tree.AddBlocks(8, 2, 0, topologytest.BlockOffline, "Movable Normal")
+	tree.AddBlocks(8, 2, 0, topologytest.BlockOffline, "Normal Movable")
 	o.OnChange(monitor.Change{}, snap())
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(mt.AutoOnline.WithLabelValues("memory_block", "onlined")) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the blocks were not onlined within 10s")
+		}
+	}
 	for _, id := range []int{8, 9} {
 		if got := read(t, filepath.Join(tree.Sys, "devices/system/memory", fmt.Sprintf("memory%d", id), "state")); got != "online_movable" {
 			t.Errorf("memory%d state %q, want online_movable written", id, got)

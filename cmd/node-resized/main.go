@@ -355,8 +355,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		agt.OnNode(kube.NodeView{}) // standalone: no configured capacity
 	}
 	onChg := agt.OnChange
+	var onliner *autoonline.Onliner
 	if o.autoOnline {
-		onliner := autoonline.New(o.sysfsRoot, log, m)
+		onliner = autoonline.New(o.sysfsRoot, log, m)
 		onChg = func(c monitor.Change, snap *topology.Snapshot) {
 			onliner.OnChange(c, snap)
 			agt.OnChange(c, snap)
@@ -410,6 +411,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		info.Enforcement = func() any { return enforcer.Status() }
 	}
 	goRun("decision loop", func() error { return agt.Run(ctx) })
+	if onliner != nil {
+		goRun("auto-online", func() error { return onliner.Run(ctx) })
+	}
 	if enforcer != nil {
 		// A kubelet that (re)starts writes kubepods from its own view of
 		// the machine; put back what the last decision enforces. Reapply
