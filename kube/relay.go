@@ -137,6 +137,10 @@ func Connect(opts Options) (*Relay, error) {
 		return nil, err
 	}
 	cfg.UserAgent = "node-resized"
+	// client-go's default (5 requests a second, bursts of 10) throttles a
+	// hotplug's patches, events and eviction pass behind each other; the
+	// kubelet allows 50 and bursts of 100 for the same node identity.
+	cfg.QPS, cfg.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
