@@ -158,9 +158,9 @@ func (a *Agent) poke() {
 	}
 }
 
-// PhysicalOf measures the physical capacity the way decide wants it.
-func PhysicalOf(snap *topology.Snapshot) decide.Physical {
-	c := snap.Capacity()
+// PhysicalOf turns the capacity the monitor computed for a model into the
+// physical capacity the way decide wants it.
+func PhysicalOf(c topology.Capacity, snap *topology.Snapshot) decide.Physical {
 	p := decide.Physical{
 		CPUs:                  c.CPU,
 		MemoryBytes:           int64(c.Memory),
@@ -179,7 +179,7 @@ func PhysicalOf(snap *topology.Snapshot) decide.Physical {
 // OnChange takes a new machine model. It is meant for monitor.Config's
 // OnChange and returns at once.
 func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
-	p := PhysicalOf(snap)
+	p := PhysicalOf(c.Capacity, snap) // the monitor computed it already
 	a.mu.Lock()
 	if a.physical != nil && p.EphemeralStorageBytes == 0 {
 		// A failed read must not look like a disk that vanished.

@@ -112,8 +112,9 @@ func (r *run) settle(reason decide.Reason, cpu int64) kube.Status {
 }
 
 func hw(r *run, cpus int, latency time.Duration) {
-	c := monitor.Change{Time: time.Now(), LatencySeconds: latency.Seconds()}
-	r.a.OnChange(c, machine(cpus))
+	snap := machine(cpus)
+	c := monitor.Change{Time: time.Now(), LatencySeconds: latency.Seconds(), Capacity: snap.Capacity()}
+	r.a.OnChange(c, snap)
 }
 
 func TestPathBClampSurvivesRestart(t *testing.T) {
@@ -284,13 +285,15 @@ func TestClampComesBeforeAnyAPICall(t *testing.T) {
 	defer cancel()
 	go a.Run(ctx)
 	a.OnNode(kube.NodeView{})
-	a.OnChange(monitor.Change{Time: time.Now()}, machine(4))
+	m4 := machine(4)
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m4.Capacity()}, m4)
 	waitUntil(t, func() bool { _, ok := relay.last(); return ok })
 	ol.mu.Lock()
 	ol.calls = nil
 	ol.mu.Unlock()
 
-	a.OnChange(monitor.Change{Time: time.Now(), LatencySeconds: 0.001}, machine(2))
+	m2 := machine(2)
+	a.OnChange(monitor.Change{Time: time.Now(), LatencySeconds: 0.001, Capacity: m2.Capacity()}, m2)
 	waitUntil(t, func() bool {
 		ol.mu.Lock()
 		defer ol.mu.Unlock()
