@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/metrics"
@@ -80,8 +82,8 @@ type Config struct {
 type Status struct {
 	Configured       decide.Configured `json:"configured"`
 	ConfiguredSource string            `json:"configuredSource,omitempty"`
-	Target           decide.Resources  `json:"target,omitempty"`
-	Allocatable      decide.Resources  `json:"allocatable,omitempty"`
+	Target           resources.List    `json:"target,omitempty"`
+	Allocatable      resources.List    `json:"allocatable,omitempty"`
 	Condition        decide.Condition  `json:"condition"`
 	Error            string            `json:"error,omitempty"`
 	Decisions        uint64            `json:"decisions"`
@@ -158,32 +160,18 @@ func (a *Agent) poke() {
 	}
 }
 
-// PhysicalOf turns the capacity the monitor computed for a model into the
-// physical capacity the way decide wants it.
-func PhysicalOf(c topology.Capacity, snap *topology.Snapshot) decide.Physical {
-	p := decide.Physical{
-		CPUs:                  c.CPU,
-		MemoryBytes:           int64(c.Memory),
-		EphemeralStorageBytes: int64(c.EphemeralStorage),
-		SwapActive:            snap.SwapTotal > 0,
-	}
-	if len(c.Hugepages) > 0 {
-		p.HugePages = decide.Resources{}
-		for name, v := range c.Hugepages {
-			p.HugePages[name] = int64(v)
-		}
-	}
-	return p
-}
-
-// OnChange takes a new machine model. It is meant for monitor.Config's
-// OnChange and returns at once.
+// OnChange takes a new machine model: the agent is a monitor.Subscriber.
+// It returns at once.
 func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
-	p := PhysicalOf(c.Capacity, snap) // the monitor computed it already
+	// The capacity the monitor computed already.
+	p := decide.Physical{Capacity: c.Capacity.Clone(), SwapActive: snap.SwapTotal > 0}
+	if p.Capacity == nil {
+		p.Capacity = resources.List{}
+	}
 	a.mu.Lock()
-	if a.physical != nil && p.EphemeralStorageBytes == 0 {
+	if old, ok := a.lastPhysical(resources.EphemeralStorage); ok && snap.EphemeralStorageError != "" {
 		// A failed read must not look like a disk that vanished.
-		p.EphemeralStorageBytes = a.physical.EphemeralStorageBytes
+		p.Capacity[resources.EphemeralStorage] = old
 	}
 	a.physical = &p
 	a.snap = snap
@@ -192,6 +180,16 @@ func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
 	}
 	a.mu.Unlock()
 	a.poke()
+}
+
+// lastPhysical returns the named amount of the previous physical capacity.
+// a.mu must be held.
+func (a *Agent) lastPhysical(name string) (int64, bool) {
+	if a.physical == nil {
+		return 0, false
+	}
+	v, ok := a.physical.Capacity[name]
+	return v, ok
 }
 
 // OnNode takes a new view of the Node (the configured capacity). Until the
@@ -349,7 +347,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 }
 
 // account counts changes of the applied capacity by resource and direction.
-func (a *Agent) account(old, cur decide.Resources) {
+func (a *Agent) account(old, cur resources.List) {
 	if old == nil {
 		return // the first pass is not a resize
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/topology/topologytest"
 	"github.com/node-resized/node-resized/uevent"
@@ -249,8 +250,8 @@ func TestServerStatus(t *testing.T) {
 	}
 	for name, want := range map[string]string{"cpu": "7", "memory": "3490000Ki", "hugepages-2Mi": "128Mi"} {
 		q, ok := st.Physical[name]
-		if !ok || q.String() != want {
-			t.Errorf("physical %s = %q (present %v), want %q", name, q.String(), ok, want)
+		if !ok || resources.Format(name, q) != want {
+			t.Errorf("physical %s = %q (present %v), want %q", name, resources.Format(name, q), ok, want)
 		}
 	}
 	if len(st.Physical) != 3 {
@@ -282,7 +283,7 @@ func TestServerStatus(t *testing.T) {
 	}
 	for i, w := range wantNodes {
 		n := st.NUMANodes[i]
-		if n.ID != i || n.CPUs.String() != w.cpus || n.Memory != w.mem || n.Hugepages["hugepages-2Mi"] != 64<<20 {
+		if n.ID != i || n.CPUs.String() != w.cpus || n.Memory != w.mem || n.Capacity["hugepages-2Mi"] != 64<<20 {
 			t.Errorf("NUMA node %d = %+v, want cpus %s, memory %d, 64Mi of 2Mi hugepages", i, n, w.cpus, w.mem)
 		}
 	}
@@ -366,7 +367,7 @@ func TestServerEvents(t *testing.T) {
 	}
 	c := evs[1]
 	if !slices.Equal(kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
-		c.Capacity.CPU != 6 || c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
+		c.Capacity[resources.CPU] != 6000 || c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
 		t.Errorf("change %+v: want cpu6 offline, 6 cpus, seqnum %d", c, seq)
 	}
 }
@@ -388,15 +389,15 @@ func TestServerResync(t *testing.T) {
 	c := r.Change
 	if c.ID != 2 || !slices.Equal(c.Triggers, []monitor.Trigger{monitor.TriggerRequest}) ||
 		!slices.Equal(kinds(*c), []string{topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOnline, topology.ChangeMemTotal}) ||
-		c.Capacity.Memory != (3490000+blockKB)<<10 {
+		c.Capacity[resources.Memory] != (3490000+blockKB)<<10 {
 		t.Errorf("change %+v: want #2, a requested resync, block 28 online, MemTotal up by a block", c)
 	}
 	st, err := e.client.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := st.Physical["memory"]; q.String() != strconv.Itoa(3490000+blockKB)+"Ki" || st.Memory.BlocksOnline != 29 {
-		t.Errorf("status after the resync: memory %s, %d blocks online", q.String(), st.Memory.BlocksOnline)
+	if q := resources.Format(resources.Memory, st.Physical["memory"]); q != strconv.Itoa(3490000+blockKB)+"Ki" || st.Memory.BlocksOnline != 29 {
+		t.Errorf("status after the resync: memory %s, %d blocks online", q, st.Memory.BlocksOnline)
 	}
 	r, err = e.client.Resync(ctx)
 	if err != nil || r.Changed {
@@ -466,8 +467,8 @@ func TestServerFollow(t *testing.T) {
 		t.Fatalf("first change since #2 is #%d, want #3", c.ID)
 	}
 	e.cpuOffline(5)
-	if c := receive(t, got); c.ID != 4 || c.Capacity.CPU != 5 {
-		t.Fatalf("next change #%d with %d cpus, want #4 with 5", c.ID, c.Capacity.CPU)
+	if c := receive(t, got); c.ID != 4 || c.Capacity[resources.CPU] != 5000 {
+		t.Fatalf("next change #%d with %d cpus, want #4 with 5", c.ID, c.Capacity[resources.CPU]/1000)
 	}
 	cancel()
 	if err := within(t, done, "Follow"); err != nil {

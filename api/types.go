@@ -5,34 +5,13 @@ import (
 	"strconv"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 )
 
 // DefaultSocket is where the daemon listens unless told otherwise.
 const DefaultSocket = "/run/node-resized/node-resized.sock"
-
-// ResourceList is a Kubernetes ResourceList: resource name to quantity,
-// encoded as the API server encodes it ("cpu": "4", "memory": "16393012Ki").
-type ResourceList map[string]resource.Quantity
-
-// ResourceListOf renders a physical capacity as the kubelet would put it in
-// Node.status.capacity: cpu as a decimal count, byte amounts in binary SI.
-func ResourceListOf(c topology.Capacity) ResourceList {
-	rl := ResourceList{
-		"cpu":    *resource.NewQuantity(c.CPU, resource.DecimalSI),
-		"memory": *resource.NewQuantity(int64(c.Memory), resource.BinarySI),
-	}
-	for name, v := range c.Hugepages {
-		rl[name] = *resource.NewQuantity(int64(v), resource.BinarySI)
-	}
-	if c.EphemeralStorage > 0 {
-		rl["ephemeral-storage"] = *resource.NewQuantity(int64(c.EphemeralStorage), resource.BinarySI)
-	}
-	return rl
-}
 
 // Status is the answer to GET /v1/status.
 type Status struct {
@@ -42,7 +21,7 @@ type Status struct {
 	Now      time.Time `json:"now"`
 	// Physical is the node's physical capacity exactly as the kubelet
 	// computes it.
-	Physical   ResourceList     `json:"physical"`
+	Physical   resources.List   `json:"physical"`
 	CPUs       topology.CPUs    `json:"cpus"`
 	Memory     MemoryStatus     `json:"memory"`
 	NUMANodes  []NUMANodeStatus `json:"numaNodes"`
@@ -65,8 +44,8 @@ type KubernetesStatus struct {
 	// annotation); empty when none is set.
 	Configured       map[string]string `json:"configured,omitempty"`
 	ConfiguredSource string            `json:"configuredSource,omitempty"`
-	Target           ResourceList      `json:"target,omitempty"`
-	Allocatable      ResourceList      `json:"allocatable,omitempty"`
+	Target           resources.List    `json:"target,omitempty"`
+	Allocatable      resources.List    `json:"allocatable,omitempty"`
 	Condition        Condition         `json:"condition"`
 	Error            string            `json:"error,omitempty"`
 	Patches          uint64            `json:"patches"`
@@ -94,16 +73,18 @@ type MemoryStatus struct {
 
 // NUMANodeStatus summarises one NUMA node.
 type NUMANodeStatus struct {
-	ID        int               `json:"id"`
-	CPUs      topology.CPUSet   `json:"cpus"`
-	Memory    uint64            `json:"memoryBytes"`
-	Hugepages map[string]uint64 `json:"hugepages,omitempty"`
+	ID     int             `json:"id"`
+	CPUs   topology.CPUSet `json:"cpus"`
+	Memory uint64          `json:"memoryBytes"`
+	// Capacity is the node's share of the capacity: cpu, memory and its
+	// huge page pools.
+	Capacity resources.List `json:"capacity"`
 }
 
 // StatusOf builds a Status from a model.
-func StatusOf(snap *topology.Snapshot, c topology.Capacity) Status {
+func StatusOf(snap *topology.Snapshot, c resources.List) Status {
 	st := Status{
-		Physical: ResourceListOf(c),
+		Physical: c.Published(),
 		CPUs:     snap.CPUs,
 		Memory: MemoryStatus{
 			TotalBytes:     snap.MemTotal,
@@ -119,15 +100,11 @@ func StatusOf(snap *topology.Snapshot, c topology.Capacity) Status {
 			st.Memory.BlocksOffline++
 		}
 	}
-	for _, n := range snap.Nodes {
-		ns := NUMANodeStatus{ID: n.ID, Memory: n.MemTotal, CPUs: topology.CPUSet{}}
+	for i, nc := range snap.NodeCapacities() {
+		n := snap.Nodes[i]
+		ns := NUMANodeStatus{ID: n.ID, Memory: n.MemTotal, CPUs: topology.CPUSet{}, Capacity: nc.Capacity}
 		for _, cpu := range n.CPUs {
 			ns.CPUs = append(ns.CPUs, cpu.ID)
-		}
-		for _, nc := range c.Nodes {
-			if nc.ID == n.ID && len(nc.Hugepages) > 0 {
-				ns.Hugepages = nc.Hugepages
-			}
 		}
 		st.NUMANodes = append(st.NUMANodes, ns)
 	}

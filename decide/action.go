@@ -1,5 +1,7 @@
 package decide
 
+import "github.com/node-resized/node-resized/resources"
+
 // ActionKind names an action type.
 type ActionKind string
 
@@ -28,28 +30,28 @@ type Action interface {
 // ClampCgroups sets the kubepods cgroup limits when at least one of them
 // shrinks. Limits are what the kubelet would write for Capacity.
 type ClampCgroups struct {
-	Generation int64        `json:"generation"`
-	Capacity   Resources    `json:"capacity"`
-	Limits     CgroupLimits `json:"limits"`
+	Generation int64          `json:"generation"`
+	Capacity   resources.List `json:"capacity"`
+	Limits     CgroupLimits   `json:"limits"`
 }
 
 // GrowCgroups sets the kubepods cgroup limits when none shrinks; the actuator
 // also widens kubepods' cpuset to every online CPU (a hot-added CPU is not in
 // it until someone adds it).
 type GrowCgroups struct {
-	Generation int64        `json:"generation"`
-	Capacity   Resources    `json:"capacity"`
-	Limits     CgroupLimits `json:"limits"`
+	Generation int64          `json:"generation"`
+	Capacity   resources.List `json:"capacity"`
+	Limits     CgroupLimits   `json:"limits"`
 }
 
 // PatchNodeStatus publishes capacity, allocatable and the CapacityConfigured
 // condition in Node status. Only the resources listed are touched (pods and
 // extended resources stay the kubelet's).
 type PatchNodeStatus struct {
-	Generation  int64     `json:"generation"`
-	Capacity    Resources `json:"capacity"`
-	Allocatable Resources `json:"allocatable"`
-	Condition   Condition `json:"condition"`
+	Generation  int64          `json:"generation"`
+	Capacity    resources.List `json:"capacity"`
+	Allocatable resources.List `json:"allocatable"`
+	Condition   Condition      `json:"condition"`
 }
 
 // EventType is the type of a Kubernetes event.
@@ -87,18 +89,18 @@ type EmitEvent struct {
 // evictor reports progress for Generation through Input.Eviction; an Evict of
 // an older generation is void once the generation moves on.
 type Evict struct {
-	Generation  int64     `json:"generation"`
-	Capacity    Resources `json:"capacity"`
-	Allocatable Resources `json:"allocatable"`
-	Reason      string    `json:"reason"`
+	Generation  int64          `json:"generation"`
+	Capacity    resources.List `json:"capacity"`
+	Allocatable resources.List `json:"allocatable"`
+	Reason      string         `json:"reason"`
 }
 
 // RestartKubelet restarts kubelet.service so that it re-reads the machine and
 // adopts Capacity (which equals the physical capacity). The actuator checks
 // the CPU manager state first so that the kubelet will start.
 type RestartKubelet struct {
-	Generation int64     `json:"generation"`
-	Capacity   Resources `json:"capacity"`
+	Generation int64          `json:"generation"`
+	Capacity   resources.List `json:"capacity"`
 }
 
 func (ClampCgroups) Kind() ActionKind    { return KindClampCgroups }

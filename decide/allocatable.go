@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -128,7 +130,7 @@ func ParseReservation(name, val string) (int64, error) {
 // 999999999; always 0 for cpu).
 func ParseReservationExact(name, val string) (whole, nanos int64, err error) {
 	switch name {
-	case ResourceCPU, ResourceMemory, ResourceEphemeralStorage, ResourcePID:
+	case resources.CPU, resources.Memory, resources.EphemeralStorage, resources.PID:
 	default:
 		return 0, 0, fmt.Errorf("cannot reserve %q resource", name)
 	}
@@ -139,8 +141,8 @@ func ParseReservationExact(name, val string) (whole, nanos int64, err error) {
 	if q.Sign() == -1 {
 		return 0, 0, fmt.Errorf("resource quantity for %q cannot be negative: %v", name, val)
 	}
-	if name == ResourceCPU {
-		if _, ok := wholeMilli(q); !ok {
+	if name == resources.CPU {
+		if _, ok := resourcesMilli(q); !ok {
 			return 0, 0, fmt.Errorf("quantity %q for %q resource does not fit in int64 millicores", val, name)
 		}
 		micro := q.ScaledValue(resource.Micro)
@@ -170,8 +172,8 @@ type Reservations struct {
 	// ephemeral-storage (bytes) and pid amounts, in whole units rounded
 	// down. The kubelet's reservedSystemCPUs override is already applied
 	// (see kubeletconfig).
-	SystemReserved Resources `json:"systemReserved,omitempty"`
-	KubeReserved   Resources `json:"kubeReserved,omitempty"`
+	SystemReserved resources.List `json:"systemReserved,omitempty"`
+	KubeReserved   resources.List `json:"kubeReserved,omitempty"`
 	// SystemReservedNanos and KubeReservedNanos hold, per resource, the
 	// part of the reservation below one unit, in billionths of a unit (0 to
 	// 999999999), for amounts that are not a whole number of units: 0.6Gi
@@ -200,9 +202,9 @@ func (r Reservations) static(name string) exact {
 // eviction returns the hard eviction reservation for one resource, exactly.
 func (r Reservations) eviction(name string, capacity int64) exact {
 	switch name {
-	case ResourceMemory:
+	case resources.Memory:
 		return r.MemoryAvailable.value(capacity)
-	case ResourceEphemeralStorage:
+	case resources.EphemeralStorage:
 		return r.NodeFsAvailable.value(capacity)
 	}
 	return exact{}
@@ -245,19 +247,19 @@ func (r Reservations) Total(name string, capacity int64) int64 {
 // clamped at 0 and read back as Quantity.Value reads it (rounded up); then
 // allocatable memory loses every huge page capacity, clamped at 0 after
 // each.
-func Allocatable(capacity Resources, r Reservations) Resources {
-	out := make(Resources, len(capacity))
+func Allocatable(capacity resources.List, r Reservations) resources.List {
+	out := make(resources.List, len(capacity))
 	for name, v := range capacity {
 		out[name] = r.total(name, v).minusClamped(v)
 	}
 	for _, name := range capacity.Names() {
-		if !IsHugePages(name) {
+		if !resources.IsHugePages(name) {
 			continue
 		}
 		// Huge page capacities are whole bytes: subtracting them after
 		// the rounding gives what the kubelet gets subtracting them
 		// before it.
-		out[ResourceMemory] = max(satSub(out[ResourceMemory], capacity[name]), 0)
+		out[resources.Memory] = max(satSub(out[resources.Memory], capacity[name]), 0)
 	}
 	return out
 }
@@ -333,8 +335,8 @@ type CgroupLimits struct {
 // MilliCPUToShares of that cpu, cpu.weight follows from the shares, pids.max is
 // that pid amount (capacity["pid"] being pid_max) and every huge page size is
 // limited to its capacity.
-func KubepodsLimits(capacity Resources, r Reservations) CgroupLimits {
-	base := make(Resources, len(capacity))
+func KubepodsLimits(capacity resources.List, r Reservations) CgroupLimits {
+	base := make(resources.List, len(capacity))
 	for name, v := range capacity {
 		if !r.PodsNotEnforced {
 			v = r.static(name).minusClamped(v)
@@ -342,18 +344,18 @@ func KubepodsLimits(capacity Resources, r Reservations) CgroupLimits {
 		base[name] = v
 	}
 	var l CgroupLimits
-	if v, ok := base[ResourceMemory]; ok {
+	if v, ok := base[resources.Memory]; ok {
 		l.MemoryMax = v
 	}
-	if v, ok := base[ResourceCPU]; ok {
+	if v, ok := base[resources.CPU]; ok {
 		l.CPUShares = MilliCPUToShares(v)
 		l.CPUWeight = SharesToWeight(l.CPUShares)
 	}
-	if v, ok := base[ResourcePID]; ok {
+	if v, ok := base[resources.PID]; ok {
 		l.PidsMax = v
 	}
 	for name, v := range base {
-		size, ok := HugePageSize(name)
+		size, ok := resources.HugePageSize(name)
 		if !ok {
 			continue
 		}

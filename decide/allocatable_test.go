@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -97,7 +99,7 @@ func TestThresholdSubByte(t *testing.T) {
 				t.Errorf("%q.Amount(%d) = %d, want 0", val, c, got)
 			}
 			r := Reservations{MemoryAvailable: th}
-			if got := Allocatable(Resources{"memory": c}, r)["memory"]; got != c {
+			if got := Allocatable(resources.List{"memory": c}, r)["memory"]; got != c {
 				t.Errorf("%q: allocatable memory of %d = %d, want %d", val, c, got, c)
 			}
 		}
@@ -217,103 +219,103 @@ func TestAllocatable(t *testing.T) {
 	tenPct, _, _ := ParseThreshold("10%")
 	tests := []struct {
 		name     string
-		capacity Resources
+		capacity resources.List
 		r        Reservations
-		want     Resources
+		want     resources.List
 	}{
 		{
 			name:     "kubelet defaults: memory.available 100Mi",
-			capacity: Resources{"cpu": 4000, "memory": 16 * Gi},
+			capacity: resources.List{"cpu": 4000, "memory": 16 * Gi},
 			r:        Reservations{MemoryAvailable: Threshold{Quantity: 100 * Mi}},
-			want:     Resources{"cpu": 4000, "memory": 16*Gi - 100*Mi},
+			want:     resources.List{"cpu": 4000, "memory": 16*Gi - 100*Mi},
 		},
 		{
 			name:     "system and kube reserved",
-			capacity: Resources{"cpu": 4000, "memory": 16 * Gi},
+			capacity: resources.List{"cpu": 4000, "memory": 16 * Gi},
 			r: Reservations{
-				SystemReserved:  Resources{"cpu": 100, "memory": 512 * Mi},
-				KubeReserved:    Resources{"cpu": 200, "memory": Gi},
+				SystemReserved:  resources.List{"cpu": 100, "memory": 512 * Mi},
+				KubeReserved:    resources.List{"cpu": 200, "memory": Gi},
 				MemoryAvailable: Threshold{Quantity: 100 * Mi},
 			},
-			want: Resources{"cpu": 3700, "memory": 16*Gi - 512*Mi - Gi - 100*Mi},
+			want: resources.List{"cpu": 3700, "memory": 16*Gi - 512*Mi - Gi - 100*Mi},
 		},
 		{
 			name:     "percentage threshold, float32 then float64, truncated",
-			capacity: Resources{"cpu": 2000, "memory": 8 * Gi},
+			capacity: resources.List{"cpu": 2000, "memory": 8 * Gi},
 			r:        Reservations{MemoryAvailable: fivePct},
-			want:     Resources{"cpu": 2000, "memory": 8*Gi - 429496736},
+			want:     resources.List{"cpu": 2000, "memory": 8*Gi - 429496736},
 		},
 		{
 			name:     "huge pages leave allocatable memory, each clamped",
-			capacity: Resources{"cpu": 4000, "memory": 16 * Gi, "hugepages-2Mi": 2 * Gi, "hugepages-1Gi": 4 * Gi},
+			capacity: resources.List{"cpu": 4000, "memory": 16 * Gi, "hugepages-2Mi": 2 * Gi, "hugepages-1Gi": 4 * Gi},
 			r:        Reservations{MemoryAvailable: Threshold{Quantity: 100 * Mi}},
-			want:     Resources{"cpu": 4000, "memory": 16*Gi - 100*Mi - 6*Gi, "hugepages-2Mi": 2 * Gi, "hugepages-1Gi": 4 * Gi},
+			want:     resources.List{"cpu": 4000, "memory": 16*Gi - 100*Mi - 6*Gi, "hugepages-2Mi": 2 * Gi, "hugepages-1Gi": 4 * Gi},
 		},
 		{
 			name:     "huge pages larger than memory clamp at zero",
-			capacity: Resources{"cpu": 1000, "memory": 2 * Gi, "hugepages-1Gi": 3 * Gi},
+			capacity: resources.List{"cpu": 1000, "memory": 2 * Gi, "hugepages-1Gi": 3 * Gi},
 			r:        Reservations{},
-			want:     Resources{"cpu": 1000, "memory": 0, "hugepages-1Gi": 3 * Gi},
+			want:     resources.List{"cpu": 1000, "memory": 0, "hugepages-1Gi": 3 * Gi},
 		},
 		{
 			name:     "reservations above capacity clamp at zero",
-			capacity: Resources{"cpu": 1000, "memory": Gi},
-			r:        Reservations{SystemReserved: Resources{"cpu": 2000, "memory": 2 * Gi}},
-			want:     Resources{"cpu": 0, "memory": 0},
+			capacity: resources.List{"cpu": 1000, "memory": Gi},
+			r:        Reservations{SystemReserved: resources.List{"cpu": 2000, "memory": 2 * Gi}},
+			want:     resources.List{"cpu": 0, "memory": 0},
 		},
 		{
 			name:     "ephemeral-storage loses nodefs.available",
-			capacity: Resources{"cpu": 1000, "memory": 4 * Gi, "ephemeral-storage": 100_000_000_000},
-			r:        Reservations{NodeFsAvailable: tenPct, KubeReserved: Resources{"ephemeral-storage": 1_000_000_000}},
-			want: Resources{"cpu": 1000, "memory": 4 * Gi,
+			capacity: resources.List{"cpu": 1000, "memory": 4 * Gi, "ephemeral-storage": 100_000_000_000},
+			r:        Reservations{NodeFsAvailable: tenPct, KubeReserved: resources.List{"ephemeral-storage": 1_000_000_000}},
+			want: resources.List{"cpu": 1000, "memory": 4 * Gi,
 				"ephemeral-storage": 100_000_000_000 - 1_000_000_000 - int64(float64(100_000_000_000)*float64(tenPct.Percentage))},
 		},
 		{
 			// systemReserved 0.6Gi + kubeReserved 0.4Gi: exactly 1Gi, not
 			// floor(0.6Gi) + floor(0.4Gi) = 1Gi − 1.
 			name:     "fractional reservations summing to a whole byte",
-			capacity: Resources{"cpu": 2000, "memory": 16 * Gi},
+			capacity: resources.List{"cpu": 2000, "memory": 16 * Gi},
 			r: Reservations{
-				SystemReserved:      Resources{"memory": 644245094},
+				SystemReserved:      resources.List{"memory": 644245094},
 				SystemReservedNanos: map[string]int64{"memory": 400_000_000},
-				KubeReserved:        Resources{"memory": 429496729},
+				KubeReserved:        resources.List{"memory": 429496729},
 				KubeReservedNanos:   map[string]int64{"memory": 600_000_000},
 			},
-			want: Resources{"cpu": 2000, "memory": 15 * Gi},
+			want: resources.List{"cpu": 2000, "memory": 15 * Gi},
 		},
 		{
 			// kubeReserved 0.7Gi + memory.available 0.3Gi: exactly 1Gi.
 			name:     "fractional reservation and threshold summing to a whole byte",
-			capacity: Resources{"cpu": 2000, "memory": 16 * Gi},
+			capacity: resources.List{"cpu": 2000, "memory": 16 * Gi},
 			r: Reservations{
-				KubeReserved:      Resources{"memory": 751619276},
+				KubeReserved:      resources.List{"memory": 751619276},
 				KubeReservedNanos: map[string]int64{"memory": 800_000_000},
 				MemoryAvailable:   Threshold{Quantity: 322122547, QuantityNanos: 200_000_000},
 			},
-			want: Resources{"cpu": 2000, "memory": 15 * Gi},
+			want: resources.List{"cpu": 2000, "memory": 15 * Gi},
 		},
 		{
 			// 0.5 + 0.6 bytes: 1.1 bytes, read back as capacity − 1.
 			name:     "fractions carrying past a whole byte",
-			capacity: Resources{"memory": Gi},
+			capacity: resources.List{"memory": Gi},
 			r: Reservations{
 				SystemReservedNanos: map[string]int64{"memory": 500_000_000},
 				MemoryAvailable:     Threshold{QuantityNanos: 600_000_000},
 			},
-			want: Resources{"memory": Gi - 1},
+			want: resources.List{"memory": Gi - 1},
 		},
 		{
 			name:     "sub-byte threshold changes nothing",
-			capacity: Resources{"cpu": 1000, "memory": 16*Gi + 1},
+			capacity: resources.List{"cpu": 1000, "memory": 16*Gi + 1},
 			r:        Reservations{MemoryAvailable: Threshold{QuantityNanos: 100_000_000}},
-			want:     Resources{"cpu": 1000, "memory": 16*Gi + 1},
+			want:     resources.List{"cpu": 1000, "memory": 16*Gi + 1},
 		},
 		{
 			// 0.5 byte above capacity: negative, so 0.
 			name:     "fractional reservation just above capacity clamps at zero",
-			capacity: Resources{"memory": 100, "hugepages-2Mi": 0},
-			r:        Reservations{SystemReserved: Resources{"memory": 100}, SystemReservedNanos: map[string]int64{"memory": 500_000_000}},
-			want:     Resources{"memory": 0, "hugepages-2Mi": 0},
+			capacity: resources.List{"memory": 100, "hugepages-2Mi": 0},
+			r:        Reservations{SystemReserved: resources.List{"memory": 100}, SystemReservedNanos: map[string]int64{"memory": 500_000_000}},
+			want:     resources.List{"memory": 0, "hugepages-2Mi": 0},
 		},
 	}
 	for _, tc := range tests {
@@ -386,7 +388,7 @@ func kubeletAllocatable(capacity map[string]resource.Quantity, sys, kube map[str
 		alloc[k] = value
 	}
 	for k, v := range capacity {
-		if IsHugePages(k) {
+		if resources.IsHugePages(k) {
 			m := alloc["memory"]
 			m.Sub(v)
 			if m.Sign() < 0 {
@@ -440,7 +442,7 @@ func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 
 		want, reservation := kubeletAllocatable(capacity, sys, kube, memAvail, nodefsAvail)
 
-		c := Resources{}
+		c := resources.List{}
 		for k, q := range capacity {
 			if k == "cpu" {
 				c[k] = q.MilliValue()
@@ -449,8 +451,8 @@ func TestAllocatableAgainstKubeletOracle(t *testing.T) {
 			}
 		}
 		r := Reservations{
-			SystemReserved: Resources{}, SystemReservedNanos: map[string]int64{},
-			KubeReserved: Resources{}, KubeReservedNanos: map[string]int64{},
+			SystemReserved: resources.List{}, SystemReservedNanos: map[string]int64{},
+			KubeReserved: resources.List{}, KubeReservedNanos: map[string]int64{},
 		}
 		for k, v := range sys {
 			n, nanos, err := ParseReservationExact(k, v)
@@ -519,7 +521,7 @@ func TestTotalMatchesValidateNodeAllocatable(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					r.SystemReserved, r.SystemReservedNanos = Resources{"memory": whole}, map[string]int64{"memory": nanos}
+					r.SystemReserved, r.SystemReservedNanos = resources.List{"memory": whole}, map[string]int64{"memory": nanos}
 					exact.Add(resource.MustParse(sys))
 				}
 				if kube != "" {
@@ -527,7 +529,7 @@ func TestTotalMatchesValidateNodeAllocatable(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					r.KubeReserved, r.KubeReservedNanos = Resources{"memory": whole}, map[string]int64{"memory": nanos}
+					r.KubeReserved, r.KubeReservedNanos = resources.List{"memory": whole}, map[string]int64{"memory": nanos}
 					exact.Add(resource.MustParse(kube))
 				}
 				if th != "" {
@@ -551,7 +553,7 @@ func TestTotalMatchesValidateNodeAllocatable(t *testing.T) {
 					if left.Sign() > 0 {
 						want = left.Value()
 					}
-					if got := Allocatable(Resources{"memory": c}, r)["memory"]; got != want {
+					if got := Allocatable(resources.List{"memory": c}, r)["memory"]; got != want {
 						t.Errorf("sys %q kube %q threshold %q, capacity %d: Allocatable %d, kubelet %d", sys, kube, th, c, got, want)
 					}
 				}
@@ -596,11 +598,11 @@ func TestSharesToWeight(t *testing.T) {
 
 func TestKubepodsLimits(t *testing.T) {
 	r := Reservations{
-		SystemReserved:  Resources{"cpu": 100, "memory": 512 * Mi, "pid": 1000},
-		KubeReserved:    Resources{"memory": 256 * Mi},
+		SystemReserved:  resources.List{"cpu": 100, "memory": 512 * Mi, "pid": 1000},
+		KubeReserved:    resources.List{"memory": 256 * Mi},
 		MemoryAvailable: Threshold{Quantity: 100 * Mi},
 	}
-	capacity := Resources{"cpu": 4000, "memory": 16 * Gi, "hugepages-2Mi": Gi, "hugepages-1Gi": 0, "ephemeral-storage": 50_000_000_000, "pid": 4194304}
+	capacity := resources.List{"cpu": 4000, "memory": 16 * Gi, "hugepages-2Mi": Gi, "hugepages-1Gi": 0, "ephemeral-storage": 50_000_000_000, "pid": 4194304}
 	got := KubepodsLimits(capacity, r)
 	want := CgroupLimits{
 		MemoryMax: 16*Gi - 512*Mi - 256*Mi, // no eviction threshold, no huge pages
@@ -621,7 +623,7 @@ func TestKubepodsLimits(t *testing.T) {
 	}
 
 	// Reservations above capacity: zero cpu gives the minimum shares.
-	tiny := KubepodsLimits(Resources{"cpu": 100, "memory": Gi}, Reservations{SystemReserved: Resources{"cpu": 500}})
+	tiny := KubepodsLimits(resources.List{"cpu": 100, "memory": Gi}, Reservations{SystemReserved: resources.List{"cpu": 500}})
 	if tiny.CPUShares != MinShares || tiny.CPUWeight != 1 {
 		t.Fatalf("KubepodsLimits with cpu fully reserved = %+v, want 2 shares, weight 1", tiny)
 	}
@@ -629,32 +631,14 @@ func TestKubepodsLimits(t *testing.T) {
 	// systemReserved 0.6Gi + kubeReserved 0.4Gi is exactly 1Gi; the
 	// eviction threshold (here below one byte) is not subtracted at all.
 	frac := Reservations{
-		SystemReserved:      Resources{"memory": 644245094, "pid": 10},
+		SystemReserved:      resources.List{"memory": 644245094, "pid": 10},
 		SystemReservedNanos: map[string]int64{"memory": 400_000_000, "pid": 500_000_000},
-		KubeReserved:        Resources{"memory": 429496729},
+		KubeReserved:        resources.List{"memory": 429496729},
 		KubeReservedNanos:   map[string]int64{"memory": 600_000_000},
 		MemoryAvailable:     Threshold{QuantityNanos: 100_000_000},
 	}
-	fl := KubepodsLimits(Resources{"memory": 16 * Gi, "pid": 1000}, frac)
+	fl := KubepodsLimits(resources.List{"memory": 16 * Gi, "pid": 1000}, frac)
 	if fl.MemoryMax != 15*Gi || fl.PidsMax != 990 { // 1000 − 10.5, rounded up
 		t.Fatalf("KubepodsLimits with fractional reservations = %+v, want memory.max %d, pids.max 990", fl, 15*Gi)
-	}
-}
-
-func TestCanonicalHugePagesName(t *testing.T) {
-	tests := map[string]string{
-		"hugepages-2Mi":    "hugepages-2Mi",
-		"hugepages-2048Ki": "hugepages-2Mi",
-		"hugepages-1Gi":    "hugepages-1Gi",
-		"hugepages-":       "",
-		"hugepages-abc":    "",
-		"hugepages-0":      "",
-		"memory":           "",
-	}
-	for in, want := range tests {
-		got, ok := CanonicalHugePagesName(in)
-		if got != want || ok != (want != "") {
-			t.Errorf("CanonicalHugePagesName(%q) = %q, %v; want %q", in, got, ok, want)
-		}
 	}
 }

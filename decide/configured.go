@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -55,10 +57,10 @@ func (c Configured) Key() string {
 // validates (the KEP's well-known types); everything else is ignored.
 func recognised(name string) bool {
 	switch name {
-	case ResourceCPU, ResourceMemory, ResourceEphemeralStorage:
+	case resources.CPU, resources.Memory, resources.EphemeralStorage:
 		return true
 	}
-	return IsHugePages(name)
+	return resources.IsHugePages(name)
 }
 
 // evaluation is a configured capacity judged against the machine.
@@ -66,7 +68,7 @@ type evaluation struct {
 	key     string
 	present bool
 	// values holds the well-formed recognised entries, by canonical name.
-	values Resources
+	values resources.List
 	// ignored lists unknown resource names, sorted.
 	ignored []string
 	// malformed, swap and below make the request Infeasible whatever the
@@ -84,7 +86,7 @@ func (e evaluation) rejected() bool {
 }
 
 // problems describes why the request is Infeasible, for the condition message.
-func (e evaluation) problems(phys Resources) string {
+func (e evaluation) problems(phys resources.List) string {
 	var parts []string
 	if len(e.malformed) > 0 {
 		parts = append(parts, "malformed: "+strings.Join(e.malformed, "; "))
@@ -98,7 +100,7 @@ func (e evaluation) problems(phys Resources) string {
 	if len(e.over) > 0 {
 		var over []string
 		for _, n := range e.over {
-			over = append(over, fmt.Sprintf("%s %s > physical %s", n, FormatAmount(n, e.values[n]), FormatAmount(n, phys[n])))
+			over = append(over, fmt.Sprintf("%s %s > physical %s", n, resources.Format(n, e.values[n]), resources.Format(n, phys[n])))
 		}
 		parts = append(parts, "exceeds physical capacity: "+strings.Join(over, "; "))
 	}
@@ -106,8 +108,8 @@ func (e evaluation) problems(phys Resources) string {
 }
 
 // evaluate applies the per-resource validation rules to a configured capacity.
-func evaluate(c Configured, phys Resources, swapActive bool, r Reservations) evaluation {
-	e := evaluation{key: c.Key(), present: c.Present, values: Resources{}}
+func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations) evaluation {
+	e := evaluation{key: c.Key(), present: c.Present, values: resources.List{}}
 	if !c.Present {
 		return e
 	}
@@ -126,12 +128,12 @@ func evaluate(c Configured, phys Resources, swapActive bool, r Reservations) eva
 			e.ignored = append(e.ignored, name)
 			continue
 		}
-		if name == ResourceMemory && swapActive {
+		if name == resources.Memory && swapActive {
 			e.swap = true
 		}
 		canon := name
-		if IsHugePages(name) {
-			n, ok := CanonicalHugePagesName(name)
+		if resources.IsHugePages(name) {
+			n, ok := resources.Canonical(name)
 			if !ok {
 				e.malformed = append(e.malformed, fmt.Sprintf("%q is not a valid huge page resource name", name))
 				continue
@@ -149,10 +151,10 @@ func evaluate(c Configured, phys Resources, swapActive bool, r Reservations) eva
 		}
 		var v int64
 		var ok bool
-		if name == ResourceCPU {
-			v, ok = wholeMilli(q)
+		if name == resources.CPU {
+			v, ok = resourcesMilli(q)
 		} else {
-			v, ok = wholeValue(q)
+			v, ok = resourcesValue(q)
 		}
 		if !ok {
 			e.malformed = append(e.malformed, fmt.Sprintf("%s: %q is out of range", name, raw))
@@ -163,10 +165,10 @@ func evaluate(c Configured, phys Resources, swapActive bool, r Reservations) eva
 			continue
 		}
 		e.values[canon] = v
-		if canon == ResourceCPU || canon == ResourceMemory || canon == ResourceEphemeralStorage {
+		if canon == resources.CPU || canon == resources.Memory || canon == resources.EphemeralStorage {
 			if total := r.Total(canon, v); v < total {
 				e.below = append(e.below, fmt.Sprintf("%s %s < %s (systemReserved + kubeReserved + evictionHard)",
-					canon, FormatAmount(canon, v), FormatAmount(canon, total)))
+					canon, resources.Format(canon, v), resources.Format(canon, total)))
 			}
 		}
 		if v > phys[canon] {

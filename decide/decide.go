@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 // DefaultJitterMemory is the memory drift that is not a change: 100Mi.
@@ -65,7 +67,7 @@ type Kubelet struct {
 	// Capacity is the capacity the running kubelet read from the machine
 	// when it started (cpu, memory, hugepages-*, ephemeral-storage); a
 	// resource missing here is not compared.
-	Capacity Resources `json:"capacity,omitempty"`
+	Capacity resources.List `json:"capacity,omitempty"`
 	// Ready is the Node's Ready condition.
 	Ready bool `json:"ready,omitempty"`
 	// RestartAllowed is the caller's verdict that kubelet.service may be
@@ -99,13 +101,13 @@ type Input struct {
 type Decision struct {
 	// Target is the capacity to publish and enforce (cpu, memory,
 	// hugepages-*, ephemeral-storage).
-	Target Resources
+	Target resources.List
 	// Allocatable is Allocatable(Target).
-	Allocatable Resources
+	Allocatable resources.List
 	// Physical is the physical capacity Decide used: the measured one, with
 	// memory held at its previous value while it drifts by less than the
 	// jitter tolerance. Target never exceeds it.
-	Physical Resources
+	Physical resources.List
 	// Condition is the CapacityConfigured condition as it stands after the
 	// actions.
 	Condition Condition
@@ -152,10 +154,10 @@ func (e *RejectedError) Error() string {
 // managed reports whether node-resized publishes and enforces the resource.
 func managed(name string) bool {
 	switch name {
-	case ResourceCPU, ResourceMemory, ResourceEphemeralStorage:
+	case resources.CPU, resources.Memory, resources.EphemeralStorage:
 		return true
 	}
-	return IsHugePages(name)
+	return resources.IsHugePages(name)
 }
 
 // Decide applies KEP-3953's rules to one pass of input and returns what to do.
@@ -182,7 +184,7 @@ func Decide(in Input) Decision {
 	r := in.Reservations
 	now := in.Now
 
-	raw := in.Physical.Capacity()
+	raw := in.Physical.published()
 	if problems := checkPhysical(in.Physical, raw, r); len(problems) > 0 {
 		d := Decision{
 			Target:    prev.Applied.Clone(),
@@ -199,8 +201,8 @@ func Decide(in Input) Decision {
 
 	// Memory drift under the jitter tolerance is not a change.
 	phys := raw.Clone()
-	if pm, ok := prev.Physical[ResourceMemory]; ok && absDiff(phys[ResourceMemory], pm) < jitter {
-		phys[ResourceMemory] = pm
+	if pm, ok := prev.Physical[resources.Memory]; ok && absDiff(phys[resources.Memory], pm) < jitter {
+		phys[resources.Memory] = pm
 	}
 
 	ev := evaluate(in.Configured, phys, in.Physical.SwapActive, r)
@@ -213,7 +215,7 @@ func Decide(in Input) Decision {
 
 	// Where does this spec value lead, and what is the target on the way?
 	var mode Reason
-	var desired Resources
+	var desired resources.List
 	switch {
 	case prev.EmergencySpec != "" && prev.EmergencySpec == ev.key:
 		// Path B, held: the oversized spec is ignored until it changes.
@@ -271,7 +273,7 @@ func Decide(in Input) Decision {
 	next.Applied = desired
 	if mode == ReasonEmergencyReduced {
 		next.EmergencySpec = ev.key
-		next.EmergencyTarget = Resources{}
+		next.EmergencyTarget = resources.List{}
 		for name := range ev.values {
 			next.EmergencyTarget[name] = desired[name]
 		}
@@ -365,7 +367,7 @@ func Decide(in Input) Decision {
 
 	// The actions, in the order the paths prescribe. Each gets its own
 	// copies, so that no two values of the decision share a map.
-	limits := func() CgroupLimits { return KubepodsLimits(withPID(desired, in.Physical.PIDMax), r) }
+	limits := func() CgroupLimits { return KubepodsLimits(withPID(desired, in.Physical.Capacity[resources.PID]), r) }
 	patch := func() Action {
 		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: d.Allocatable.Clone(), Condition: cond}
 	}
@@ -407,33 +409,30 @@ func Decide(in Input) Decision {
 // checkPhysical refuses nonsense hardware readings (KEP risk 8): zero or
 // negative capacity, and capacity below the kubelet's reservations, which the
 // kubelet itself refuses to start with.
-func checkPhysical(p Physical, c Resources, r Reservations) []string {
+func checkPhysical(p Physical, c resources.List, r Reservations) []string {
 	var problems []string
-	if p.CPUs <= 0 {
-		problems = append(problems, fmt.Sprintf("%d online CPUs", p.CPUs))
+	if v := p.Capacity[resources.CPU]; v <= 0 {
+		problems = append(problems, fmt.Sprintf("%s online CPUs", resources.Format(resources.CPU, v)))
 	}
-	if p.MemoryBytes <= 0 {
-		problems = append(problems, fmt.Sprintf("memory %d bytes", p.MemoryBytes))
+	if v := p.Capacity[resources.Memory]; v <= 0 {
+		problems = append(problems, fmt.Sprintf("memory %d bytes", v))
 	}
-	if p.EphemeralStorageBytes < 0 || p.PIDMax < 0 {
-		problems = append(problems, "negative ephemeral-storage or pid_max")
-	}
-	for _, name := range p.HugePages.Names() {
-		if p.HugePages[name] < 0 {
-			problems = append(problems, fmt.Sprintf("%s pool of %d bytes", name, p.HugePages[name]))
+	for _, name := range p.Capacity.Names() {
+		if v := p.Capacity[name]; v < 0 {
+			problems = append(problems, fmt.Sprintf("negative %s %d", name, v))
 		}
 	}
 	if len(problems) > 0 {
 		return problems
 	}
-	for _, name := range []string{ResourceCPU, ResourceMemory, ResourceEphemeralStorage} {
+	for _, name := range []string{resources.CPU, resources.Memory, resources.EphemeralStorage} {
 		v, ok := c[name]
 		if !ok {
 			continue
 		}
 		if total := r.Total(name, v); v < total {
 			problems = append(problems, fmt.Sprintf("%s %s is below the kubelet's reservations (%s)",
-				name, FormatAmount(name, v), FormatAmount(name, total)))
+				name, resources.Format(name, v), resources.Format(name, total)))
 		}
 	}
 	return problems
@@ -441,7 +440,7 @@ func checkPhysical(p Physical, c Resources, r Reservations) []string {
 
 // baseline is what is taken as applied on the very first pass: what the
 // running kubelet enforces where known, the hardware elsewhere.
-func baseline(k Kubelet, phys Resources) Resources {
+func baseline(k Kubelet, phys resources.List) resources.List {
 	b := phys.Clone()
 	if k.Known {
 		for name, v := range k.Capacity {
@@ -454,8 +453,8 @@ func baseline(k Kubelet, phys Resources) Resources {
 }
 
 // hold keeps what is applied, lowered only where the hardware forces it.
-func hold(applied, phys Resources) Resources {
-	out := make(Resources, len(applied))
+func hold(applied, phys resources.List) resources.List {
+	out := make(resources.List, len(applied))
 	for name, v := range applied {
 		out[name] = minInt64(v, phys[name])
 	}
@@ -464,7 +463,7 @@ func hold(applied, phys Resources) Resources {
 
 // specTarget is the configured value for each configured resource, clamped
 // to physical, and the physical capacity for every other.
-func specTarget(ev evaluation, phys Resources) Resources {
+func specTarget(ev evaluation, phys resources.List) resources.List {
 	out := phys.Clone()
 	for name, v := range ev.values {
 		out[name] = minInt64(v, phys[name])
@@ -472,17 +471,17 @@ func specTarget(ev evaluation, phys Resources) Resources {
 	return out
 }
 
-func withPID(c Resources, pidMax int64) Resources {
+func withPID(c resources.List, pidMax int64) resources.List {
 	if pidMax <= 0 {
 		return c
 	}
 	out := c.Clone()
-	out[ResourcePID] = pidMax
+	out[resources.PID] = pidMax
 	return out
 }
 
-func union(a, b Resources) []string {
-	u := make(Resources, len(a)+len(b))
+func union(a, b resources.List) []string {
+	u := make(resources.List, len(a)+len(b))
 	for k := range a {
 		u[k] = 0
 	}
@@ -492,10 +491,10 @@ func union(a, b Resources) []string {
 	return u.Names()
 }
 
-func transitions(names []string, from, to Resources) string {
+func transitions(names []string, from, to resources.List) string {
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %s → %s", n, FormatAmount(n, from[n]), FormatAmount(n, to[n])))
+		parts = append(parts, fmt.Sprintf("%s %s → %s", n, resources.Format(n, from[n]), resources.Format(n, to[n])))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -521,7 +520,7 @@ type kubeletOutcome struct {
 // a restart is asked for after the change has settled, at most once per
 // RestartInterval, and a restarted kubelet must come back Ready with the
 // target before the change is Accepted.
-func kubeletStep(in Input, pol Policy, jitter int64, target, phys Resources, next *State) kubeletOutcome {
+func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List, next *State) kubeletOutcome {
 	k := in.Kubelet
 	if !k.Known {
 		next.RestartPending = false
@@ -571,13 +570,13 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys Resources, nex
 // kubeletMatches reports whether the kubelet's own view equals the target on
 // every managed resource the view reports (memory within the jitter
 // tolerance).
-func kubeletMatches(view, target Resources, jitter int64) bool {
+func kubeletMatches(view, target resources.List, jitter int64) bool {
 	for name, v := range target {
 		w, ok := view[name]
 		if !ok || !managed(name) {
 			continue
 		}
-		if name == ResourceMemory {
+		if name == resources.Memory {
 			if absDiff(v, w) >= jitter {
 				return false
 			}
@@ -590,13 +589,13 @@ func kubeletMatches(view, target Resources, jitter int64) bool {
 
 // sameOn reports whether the target is the physical capacity on every
 // managed resource (memory within the jitter tolerance).
-func sameOn(target, phys Resources, jitter int64) bool {
+func sameOn(target, phys resources.List, jitter int64) bool {
 	for _, name := range union(target, phys) {
 		if !managed(name) {
 			continue
 		}
 		a, b := target[name], phys[name]
-		if name == ResourceMemory {
+		if name == resources.Memory {
 			if absDiff(a, b) >= jitter {
 				return false
 			}

@@ -5,21 +5,22 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/resources"
 )
 
 func ExampleAllocatable() {
-	capacity := decide.Resources{"cpu": 4000, "memory": 16 << 30, "hugepages-2Mi": 1 << 30}
+	capacity := resources.List{"cpu": 4000, "memory": 16 << 30, "hugepages-2Mi": 1 << 30}
 	fivePct, _, _ := decide.ParseThreshold("5%")
 	r := decide.Reservations{
-		SystemReserved:  decide.Resources{"cpu": 100, "memory": 512 << 20},
-		KubeReserved:    decide.Resources{"memory": 256 << 20},
+		SystemReserved:  resources.List{"cpu": 100, "memory": 512 << 20},
+		KubeReserved:    resources.List{"memory": 256 << 20},
 		MemoryAvailable: fivePct,
 	}
 	fmt.Println(decide.Allocatable(capacity, r))
 	l := decide.KubepodsLimits(capacity, r)
 	fmt.Println(l.MemoryMax, l.CPUShares, l.CPUWeight)
 	// Output:
-	// cpu=3900m, hugepages-2Mi=1Gi, memory=14441827520
+	// cpu=3900m, memory=14441827520, hugepages-2Mi=1Gi
 	// 16374562816 3993 153
 }
 
@@ -27,7 +28,7 @@ func ExampleAllocatable() {
 // first, then cgroups, then evictions; Accepted once the evictor is done.
 func ExampleDecide() {
 	in := decide.Input{
-		Physical:     decide.Physical{CPUs: 8, MemoryBytes: 32 << 30},
+		Physical:     decide.Physical{Capacity: resources.List{resources.CPU: 8000, resources.Memory: 32 << 30}},
 		Configured:   decide.Configured{Present: true, Raw: map[string]string{"cpu": "8"}},
 		Reservations: decide.Reservations{MemoryAvailable: decide.Threshold{Quantity: 100 << 20}},
 		Now:          time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 // TestFlapping drives hardware and spec up and down at random (seeded) and
@@ -52,7 +54,7 @@ func TestFlapping(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			n := newNode(t, machine(8, 16*Gi), Configured{})
 			if seed%2 == 0 {
-				n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: Resources{"cpu": 8000, "memory": 16 * Gi}}
+				n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 			}
 			n.step(nil)
 			for i := 0; i < 300; i++ {
@@ -60,9 +62,9 @@ func TestFlapping(t *testing.T) {
 					in.Now = in.Now.Add(time.Duration(rng.Intn(90)) * time.Second)
 					switch rng.Intn(7) {
 					case 0:
-						in.Physical.CPUs = cpus[rng.Intn(len(cpus))]
+						in.Physical = in.Physical.with(resources.CPU, (cpus[rng.Intn(len(cpus))])*1000)
 					case 1:
-						in.Physical.MemoryBytes = mems[rng.Intn(len(mems))] + int64(rng.Intn(64))*Mi - 32*Mi
+						in.Physical = in.Physical.with(resources.Memory, mems[rng.Intn(len(mems))]+int64(rng.Intn(64))*Mi-32*Mi)
 					case 2, 3:
 						in.Configured = specs[rng.Intn(len(specs))]
 					case 4:
@@ -72,7 +74,7 @@ func TestFlapping(t *testing.T) {
 					case 6:
 						// A kubelet that restarted reads the machine.
 						if in.Kubelet.Known {
-							in.Kubelet.Capacity = Resources{"cpu": in.Physical.CPUs * 1000, "memory": in.Physical.MemoryBytes}
+							in.Kubelet.Capacity = resources.List{"cpu": in.Physical.Capacity[resources.CPU], "memory": in.Physical.Capacity[resources.Memory]}
 						}
 					}
 				})
@@ -96,15 +98,15 @@ func TestFlapping(t *testing.T) {
 			if d.Condition.Reason != ReasonAccepted && d.Condition.Reason != ReasonInProgress {
 				t.Fatalf("fresh spec: %s (%s)", d.Condition.Reason, d.Condition.Message)
 			}
-			if d.Target[ResourceCPU] != 6000 || d.Target[ResourceMemory] != 12*Gi {
+			if d.Target[resources.CPU] != 6000 || d.Target[resources.Memory] != 12*Gi {
 				t.Fatalf("fresh spec: target %v", d.Target)
 			}
 			// And with no spec the node follows its hardware.
 			n.step(func(in *Input) { in.Configured = Configured{} })
 			d = n.settle()
 			// (memory within the jitter tolerance of the last reading)
-			if d.Target[ResourceCPU] != 8000 || d.Target[ResourceMemory] != d.Physical[ResourceMemory] ||
-				absDiff(d.Physical[ResourceMemory], 16*Gi) >= DefaultJitterMemory {
+			if d.Target[resources.CPU] != 8000 || d.Target[resources.Memory] != d.Physical[resources.Memory] ||
+				absDiff(d.Physical[resources.Memory], 16*Gi) >= DefaultJitterMemory {
 				t.Fatalf("no spec: target %v, physical %v", d.Target, d.Physical)
 			}
 		})

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -14,21 +16,29 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // machine is a test node: cpus online CPUs, mem bytes, empty huge page pools
 // of both sizes, a 100G root filesystem.
 func machine(cpus, mem int64) Physical {
-	return Physical{
-		CPUs:                  cpus,
-		MemoryBytes:           mem,
-		HugePages:             Resources{"hugepages-2Mi": 0, "hugepages-1Gi": 0},
-		EphemeralStorageBytes: 100_000_000_000,
-		PIDMax:                4194304,
-	}
+	return Physical{Capacity: resources.List{
+		resources.CPU:              cpus * 1000,
+		resources.Memory:           mem,
+		"hugepages-2Mi":            0,
+		"hugepages-1Gi":            0,
+		resources.EphemeralStorage: 100_000_000_000,
+		resources.PID:              4194304,
+	}}
+}
+
+// with returns a copy of p with the named amount set.
+func (p Physical) with(name string, v int64) Physical {
+	p.Capacity = p.Capacity.Clone()
+	p.Capacity[name] = v
+	return p
 }
 
 // testReservations are typical kubeadm-like reservations.
 func testReservations() Reservations {
 	tenPct, _, _ := ParseThreshold("10%")
 	return Reservations{
-		SystemReserved:  Resources{"cpu": 100, "memory": 512 * Mi},
-		KubeReserved:    Resources{"memory": 256 * Mi},
+		SystemReserved:  resources.List{"cpu": 100, "memory": 512 * Mi},
+		KubeReserved:    resources.List{"memory": 256 * Mi},
 		MemoryAvailable: Threshold{Quantity: 100 * Mi},
 		NodeFsAvailable: tenPct,
 	}
@@ -133,7 +143,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 		}
 		return
 	}
-	raw := in.Physical.Capacity()
+	raw := in.Physical.published()
 	for name, v := range d.Target {
 		if v < 0 {
 			t.Fatalf("negative target %s=%d", name, v)
@@ -142,7 +152,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			t.Fatalf("target %s=%d above the physical capacity used %d", name, v, d.Physical[name])
 		}
 		limit := raw[name]
-		if name == ResourceMemory {
+		if name == resources.Memory {
 			limit += jitter
 		}
 		if v > limit {
@@ -212,8 +222,8 @@ func statesEqual(a, b State) bool {
 
 func minutes(i int) time.Duration { return time.Duration(i) * time.Minute }
 
-// zeroFilledEqual compares two Resources, a missing name counting as 0.
-func zeroFilledEqual(a, b Resources) bool {
+// zeroFilledEqual compares two resources.List, a missing name counting as 0.
+func zeroFilledEqual(a, b resources.List) bool {
 	for _, n := range union(a, b) {
 		if a[n] != b[n] {
 			return false

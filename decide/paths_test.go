@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 // Path A1: orchestrated upscale. The spec is raised first and held
@@ -16,25 +18,25 @@ func TestPathA1OrchestratedUpscale(t *testing.T) {
 	// 1. The controller raises the spec before the hardware is there.
 	d := n.step(func(in *Input) { in.Configured = spec("cpu", "8") })
 	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
-	if d.Target[ResourceCPU] != 4000 {
-		t.Fatalf("held target cpu = %d, want 4000", d.Target[ResourceCPU])
+	if d.Target[resources.CPU] != 4000 {
+		t.Fatalf("held target cpu = %d, want 4000", d.Target[resources.CPU])
 	}
 
 	// 2. The hypervisor hot-adds CPUs one by one: still short, still held,
 	// nothing actuated (the message follows the hardware).
 	for _, cpus := range []int64{5, 6, 7} {
-		d = n.step(func(in *Input) { in.Physical.CPUs = cpus })
-		if d.Condition.Reason != ReasonInfeasible || d.Actuates() || d.Target[ResourceCPU] != 4000 {
+		d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (cpus)*1000) })
+		if d.Condition.Reason != ReasonInfeasible || d.Actuates() || d.Target[resources.CPU] != 4000 {
 			t.Fatalf("%d CPUs: %s %v target %v", cpus, d.Condition.Reason, kinds(d.Actions), d.Target)
 		}
 	}
 
 	// 3–5. The last CPU arrives: the hold clears, kubepods grows first,
 	// then the capacity is advertised and Accepted.
-	d = n.step(func(in *Input) { in.Physical.CPUs = 8 })
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (8)*1000) })
 	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 	g := d.Actions[0].(GrowCgroups)
-	if g.Capacity[ResourceCPU] != 8000 || g.Limits.CPUShares != MilliCPUToShares(8000-100) {
+	if g.Capacity[resources.CPU] != 8000 || g.Limits.CPUShares != MilliCPUToShares(8000-100) {
 		t.Fatalf("grow %+v", g)
 	}
 	if e := d.Actions[2].(EmitEvent); e.Type != EventNormal || e.Reason != EventCapacityAccepted {
@@ -57,19 +59,19 @@ func TestPathA2OrchestratedDownscale(t *testing.T) {
 	d := n.step(func(in *Input) { in.Configured = spec("cpu", "4", "memory", "16Gi") })
 	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
 	patch := d.Actions[0].(PatchNodeStatus)
-	if patch.Capacity[ResourceCPU] != 4000 || patch.Capacity[ResourceMemory] != 16*Gi {
+	if patch.Capacity[resources.CPU] != 4000 || patch.Capacity[resources.Memory] != 16*Gi {
 		t.Fatalf("status patch %+v", patch)
 	}
 	wantAlloc := 16*Gi - 512*Mi - 256*Mi - 100*Mi
-	if patch.Allocatable[ResourceMemory] != wantAlloc {
-		t.Fatalf("allocatable memory %d, want %d", patch.Allocatable[ResourceMemory], wantAlloc)
+	if patch.Allocatable[resources.Memory] != wantAlloc {
+		t.Fatalf("allocatable memory %d, want %d", patch.Allocatable[resources.Memory], wantAlloc)
 	}
 	clamp := d.Actions[1].(ClampCgroups)
 	if clamp.Limits.MemoryMax != 16*Gi-768*Mi || clamp.Limits.PidsMax != 4194304 {
 		t.Fatalf("clamp %+v", clamp.Limits)
 	}
 	ev := d.Actions[2].(Evict)
-	if ev.Generation != d.Next.Generation || ev.Reason != "NodeCapacityExceeded" || ev.Allocatable[ResourceMemory] != wantAlloc {
+	if ev.Generation != d.Next.Generation || ev.Reason != "NodeCapacityExceeded" || ev.Allocatable[resources.Memory] != wantAlloc {
 		t.Fatalf("evict %+v", ev)
 	}
 	gen := ev.Generation
@@ -125,7 +127,7 @@ func TestPathBEmergency(t *testing.T) {
 	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// 1–3. Balloon inflation takes 4Gi: physics first.
-	d := n.step(func(in *Input) { in.Physical.MemoryBytes = 12 * Gi })
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 12*Gi) })
 	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	clamp := d.Actions[0].(ClampCgroups)
 	if clamp.Limits.MemoryMax != 12*Gi-768*Mi {
@@ -136,14 +138,14 @@ func TestPathBEmergency(t *testing.T) {
 		t.Fatalf("event %+v", ev)
 	}
 	// The clamp is persisted at once.
-	if d.Next.EmergencyTarget[ResourceMemory] != 12*Gi || d.Next.EmergencySpec == "" {
+	if d.Next.EmergencyTarget[resources.Memory] != 12*Gi || d.Next.EmergencySpec == "" {
 		t.Fatalf("state %+v", d.Next)
 	}
 
 	// 4. Evictions done: EmergencyReduced.
 	d = n.settle()
 	n.expect(d, ReasonEmergencyReduced, KindPatchNodeStatus)
-	if d.Target[ResourceMemory] != 12*Gi || d.Target[ResourceCPU] != 4000 {
+	if d.Target[resources.Memory] != 12*Gi || d.Target[resources.CPU] != 4000 {
 		t.Fatalf("target %v", d.Target)
 	}
 
@@ -160,13 +162,13 @@ func TestPathBEmergency(t *testing.T) {
 	n.expect(n.step(nil), ReasonEmergencyReduced)
 
 	// The hardware comes back: the oversized spec is still ignored.
-	d = n.step(func(in *Input) { in.Physical.MemoryBytes = 16 * Gi })
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) })
 	n.expect(d, ReasonEmergencyReduced)
-	if d.Target[ResourceMemory] != 12*Gi {
-		t.Fatalf("target memory %d while the spec is unchanged", d.Target[ResourceMemory])
+	if d.Target[resources.Memory] != 12*Gi {
+		t.Fatalf("target memory %d while the spec is unchanged", d.Target[resources.Memory])
 	}
 	// More loss while held is clamped again.
-	d = n.step(func(in *Input) { in.Physical.MemoryBytes = 10 * Gi })
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 10*Gi) })
 	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	d = n.settle()
 	n.expect(d, ReasonEmergencyReduced, KindPatchNodeStatus)
@@ -183,16 +185,16 @@ func TestPathBResolvedByAnyNewSpecValue(t *testing.T) {
 	start := func() *node {
 		n := newNode(t, machine(4, 16*Gi), spec("memory", "16Gi"))
 		n.step(nil)
-		n.step(func(in *Input) { in.Physical.MemoryBytes = 12 * Gi })
+		n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 12*Gi) })
 		n.expect(n.settle(), ReasonEmergencyReduced, KindPatchNodeStatus)
-		n.step(func(in *Input) { in.Physical.MemoryBytes = 16 * Gi }) // hardware back
+		n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) }) // hardware back
 		return n
 	}
 	// Lowered, but above the clamp while the hardware is back: grows.
 	n := start()
 	d := n.step(func(in *Input) { in.Configured = spec("memory", "14Gi") })
 	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
-	if d.Target[ResourceMemory] != 14*Gi {
+	if d.Target[resources.Memory] != 14*Gi {
 		t.Fatalf("target %v", d.Target)
 	}
 	// Changed to another oversized value: a new request, held Infeasible at
@@ -200,7 +202,7 @@ func TestPathBResolvedByAnyNewSpecValue(t *testing.T) {
 	n = start()
 	d = n.step(func(in *Input) { in.Configured = spec("memory", "20Gi") })
 	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
-	if d.Target[ResourceMemory] != 12*Gi {
+	if d.Target[resources.Memory] != 12*Gi {
 		t.Fatalf("target %v", d.Target)
 	}
 	// Removed altogether: follow the hardware again.
@@ -215,19 +217,19 @@ func TestPathBResolvedByAnyNewSpecValue(t *testing.T) {
 func TestUnplannedLossWithoutConfiguredValue(t *testing.T) {
 	n := newNode(t, machine(8, 16*Gi), spec("cpu", "8"))
 	n.step(nil)
-	d := n.step(func(in *Input) { in.Physical.MemoryBytes = 8 * Gi })
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
 	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	n.expect(n.settle(), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	h := newNode(t, machine(4, 16*Gi), spec("cpu", "8")) // held Infeasible
 	h.expect(h.step(nil), ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
-	d = h.step(func(in *Input) { in.Physical.MemoryBytes = 8 * Gi })
+	d = h.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
 	h.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	h.expect(h.settle(), ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	// The hold keeps what the hardware forced and grows nothing back.
-	d = h.step(func(in *Input) { in.Physical.MemoryBytes = 16 * Gi })
+	d = h.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) })
 	h.expect(d, ReasonInfeasible)
-	if d.Target[ResourceMemory] != 8*Gi {
+	if d.Target[resources.Memory] != 8*Gi {
 		t.Fatalf("held target %v", d.Target)
 	}
 }
@@ -237,12 +239,12 @@ func TestUnplannedLossWithoutConfiguredValue(t *testing.T) {
 // the Node is back Ready with the target.
 func TestKubeletRestart(t *testing.T) {
 	n := newNode(t, machine(4, 16*Gi), Configured{})
-	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: Resources{"cpu": 4000, "memory": 16 * Gi}}
+	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 4000, "memory": 16 * Gi}}
 	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// CPUs hot-added: kubepods grows, status advertises them, the kubelet
 	// must wait for the change to settle.
-	d := n.step(func(in *Input) { in.Physical.CPUs = 8 })
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (8)*1000) })
 	n.expect(d, ReasonInProgress, KindGrowCgroups, KindPatchNodeStatus)
 	if d.RequeueAfter != DefaultSettleDelay {
 		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
@@ -265,12 +267,15 @@ func TestKubeletRestart(t *testing.T) {
 	// It is back, Ready, with the new capacity: Accepted.
 	d = n.step(func(in *Input) {
 		in.Now = t0.Add(60 * time.Second)
-		in.Kubelet.Capacity = Resources{"cpu": 8000, "memory": 16*Gi + 4*Mi}
+		in.Kubelet.Capacity = resources.List{"cpu": 8000, "memory": 16*Gi + 4*Mi}
 	})
 	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// Another change soon after: the restart is rate limited.
-	d = n.step(func(in *Input) { in.Now = t0.Add(2 * time.Minute); in.Physical.CPUs = 6 })
+	d = n.step(func(in *Input) {
+		in.Now = t0.Add(2 * time.Minute)
+		in.Physical = in.Physical.with(resources.CPU, (6)*1000)
+	})
 	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	d = n.settle()
 	n.expect(d, ReasonInProgress, KindPatchNodeStatus)

@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 // randomInput draws an input from a space wide enough to include garbage:
@@ -18,14 +20,19 @@ func randomInput(rng *rand.Rand, prev State) Input {
 		"ephemeral-storage", "pods", "example.com/foo"}
 
 	p := Physical{
-		CPUs:        pick(0, 1, 2, 4, 8, 16, -1),
-		MemoryBytes: pick(0, 512*Mi, 2*Gi, 8*Gi, 16*Gi, 32*Gi) + int64(rng.Intn(256))*Mi,
-		HugePages:   Resources{"hugepages-2Mi": pick(0, Gi, 4*Gi), "hugepages-1Gi": pick(0, Gi)},
-		SwapActive:  rng.Intn(6) == 0,
-		PIDMax:      pick(0, 32768, 4194304),
+		Capacity: resources.List{
+			resources.CPU:    pick(0, 1, 2, 4, 8, 16, -1) * 1000,
+			resources.Memory: pick(0, 512*Mi, 2*Gi, 8*Gi, 16*Gi, 32*Gi) + int64(rng.Intn(256))*Mi,
+			"hugepages-2Mi":  pick(0, Gi, 4*Gi),
+			"hugepages-1Gi":  pick(0, Gi),
+		},
+		SwapActive: rng.Intn(6) == 0,
+	}
+	if v := pick(0, 32768, 4194304); v > 0 {
+		p.Capacity[resources.PID] = v
 	}
 	if rng.Intn(4) > 0 {
-		p.EphemeralStorageBytes = pick(10_000_000_000, 100_000_000_000)
+		p.Capacity[resources.EphemeralStorage] = pick(10_000_000_000, 100_000_000_000)
 	}
 	var c Configured
 	if rng.Intn(4) > 0 {
@@ -35,8 +42,8 @@ func randomInput(rng *rand.Rand, prev State) Input {
 		}
 	}
 	r := Reservations{
-		SystemReserved: Resources{"cpu": pick(0, 100, 500), "memory": pick(0, 256*Mi, Gi)},
-		KubeReserved:   Resources{"cpu": pick(0, 100), "memory": pick(0, 256*Mi), "ephemeral-storage": pick(0, 1_000_000_000)},
+		SystemReserved: resources.List{"cpu": pick(0, 100, 500), "memory": pick(0, 256*Mi, Gi)},
+		KubeReserved:   resources.List{"cpu": pick(0, 100), "memory": pick(0, 256*Mi), "ephemeral-storage": pick(0, 1_000_000_000)},
 	}
 	switch rng.Intn(3) {
 	case 0:
@@ -69,7 +76,7 @@ func randomInput(rng *rand.Rand, prev State) Input {
 			Known:          true,
 			Ready:          rng.Intn(4) > 0,
 			RestartAllowed: rng.Intn(3) > 0,
-			Capacity:       Resources{"cpu": pick(1000, 4000, 8000), "memory": pick(8*Gi, 16*Gi)},
+			Capacity:       resources.List{"cpu": pick(1000, 4000, 8000), "memory": pick(8*Gi, 16*Gi)},
 		}
 	}
 	return in
@@ -81,8 +88,8 @@ func madeUpState(rng *rand.Rand) State {
 	s := State{
 		Outcome:    reasons[rng.Intn(len(reasons))],
 		Condition:  Condition{Reason: reasons[rng.Intn(len(reasons))], Status: StatusFalse},
-		Applied:    Resources{"cpu": int64(rng.Intn(16000)), "memory": int64(rng.Intn(64)) * Gi, "hugepages-1Gi": int64(rng.Intn(3)) * Gi},
-		Physical:   Resources{"memory": int64(rng.Intn(32)) * Gi},
+		Applied:    resources.List{"cpu": int64(rng.Intn(16000)), "memory": int64(rng.Intn(64)) * Gi, "hugepages-1Gi": int64(rng.Intn(3)) * Gi},
+		Physical:   resources.List{"memory": int64(rng.Intn(32)) * Gi},
 		Generation: int64(rng.Intn(5)),
 		Evicting:   rng.Intn(2) == 0,
 		RestartAt:  t0.Add(-time.Duration(rng.Intn(1200)) * time.Second),
@@ -91,7 +98,7 @@ func madeUpState(rng *rand.Rand) State {
 	if rng.Intn(3) == 0 {
 		s.Spec = `{"memory":"16Gi"}`
 		s.EmergencySpec = s.Spec
-		s.EmergencyTarget = Resources{"memory": int64(rng.Intn(32)) * Gi}
+		s.EmergencyTarget = resources.List{"memory": int64(rng.Intn(32)) * Gi}
 	}
 	if rng.Intn(4) == 0 {
 		s.Applied = nil
@@ -136,7 +143,7 @@ func FuzzDecide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, cpus, mem int64, present bool, k1, v1, k2, v2 string, seed int64, swap bool) {
 		rng := rand.New(rand.NewSource(seed))
 		in := randomInput(rng, madeUpState(rng))
-		in.Physical.CPUs, in.Physical.MemoryBytes, in.Physical.SwapActive = cpus, mem, swap
+		in.Physical.Capacity[resources.CPU], in.Physical.Capacity[resources.Memory], in.Physical.SwapActive = satMul(cpus, 1000), mem, swap
 		in.Configured = Configured{Present: present, Raw: map[string]string{k1: v1, k2: v2}}
 		d := Decide(in)
 		checkInvariants(t, in, d)

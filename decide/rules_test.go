@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 // TestValidationRules walks SPEC.md's validation rules, one case each, on a
@@ -11,8 +13,7 @@ import (
 // capacity.
 func TestValidationRules(t *testing.T) {
 	hw := machine(4, 16*Gi)
-	hwPages := hw
-	hwPages.HugePages = Resources{"hugepages-2Mi": 2 * Gi, "hugepages-1Gi": 0}
+	hwPages := hw.with("hugepages-2Mi", 2*Gi)
 	hwSwap := hw
 	hwSwap.SwapActive = true
 
@@ -21,7 +22,7 @@ func TestValidationRules(t *testing.T) {
 		phys       Physical
 		conf       Configured
 		reason     Reason
-		target     Resources // entries that must match
+		target     resources.List // entries that must match
 		actuates   bool
 		err        bool
 		msg        string // part of the condition message
@@ -31,32 +32,32 @@ func TestValidationRules(t *testing.T) {
 	}{
 		{
 			name: "field absent: physical, nothing to reconcile", phys: hw, conf: Configured{},
-			reason: ReasonAccepted, target: Resources{"cpu": 4000, "memory": 16 * Gi}, noActions: true,
+			reason: ReasonAccepted, target: resources.List{"cpu": 4000, "memory": 16 * Gi}, noActions: true,
 		},
 		{
 			name: "field present but empty: physical for every resource", phys: hw, conf: spec(),
-			reason: ReasonAccepted, target: Resources{"cpu": 4000, "memory": 16 * Gi},
+			reason: ReasonAccepted, target: resources.List{"cpu": 4000, "memory": 16 * Gi},
 		},
 		{
 			name: "key absent: physical for that resource", phys: hw, conf: spec("cpu", "2"),
-			reason: ReasonAccepted, target: Resources{"cpu": 2000, "memory": 16 * Gi}, actuates: true,
+			reason: ReasonAccepted, target: resources.List{"cpu": 2000, "memory": 16 * Gi}, actuates: true,
 			firstPhase: ReasonInProgress,
 		},
 		{
 			name: "zero is malformed: Infeasible for the whole request", phys: hw, conf: spec("cpu", "2", "memory", "0"),
-			reason: ReasonInfeasible, target: Resources{"cpu": 4000, "memory": 16 * Gi}, err: true, msg: "must be positive",
+			reason: ReasonInfeasible, target: resources.List{"cpu": 4000, "memory": 16 * Gi}, err: true, msg: "must be positive",
 		},
 		{
 			name: "negative is malformed", phys: hw, conf: spec("memory", "-1Gi"),
-			reason: ReasonInfeasible, target: Resources{"memory": 16 * Gi}, err: true, msg: "must be positive",
+			reason: ReasonInfeasible, target: resources.List{"memory": 16 * Gi}, err: true, msg: "must be positive",
 		},
 		{
 			name: "not a ResourceList at all is malformed", phys: hw, conf: Configured{Present: true, Invalid: "annotation is not a JSON object"},
-			reason: ReasonInfeasible, target: Resources{"cpu": 4000}, err: true, msg: "not a JSON object",
+			reason: ReasonInfeasible, target: resources.List{"cpu": 4000}, err: true, msg: "not a JSON object",
 		},
 		{
 			name: "unparsable is malformed", phys: hw, conf: spec("cpu", "2", "memory", "lots"),
-			reason: ReasonInfeasible, target: Resources{"cpu": 4000}, err: true, msg: "is not a quantity",
+			reason: ReasonInfeasible, target: resources.List{"cpu": 4000}, err: true, msg: "is not a quantity",
 		},
 		{
 			name: "bad huge page name is malformed", phys: hw, conf: spec("hugepages-big", "1Gi"),
@@ -64,23 +65,23 @@ func TestValidationRules(t *testing.T) {
 		},
 		{
 			name: "cpu above physical: Infeasible, held at physical", phys: hw, conf: spec("cpu", "8"),
-			reason: ReasonInfeasible, target: Resources{"cpu": 4000}, msg: "cpu 8 > physical 4",
+			reason: ReasonInfeasible, target: resources.List{"cpu": 4000}, msg: "cpu 8 > physical 4",
 		},
 		{
 			name: "memory above physical: Infeasible", phys: hw, conf: spec("memory", "17Gi"),
-			reason: ReasonInfeasible, target: Resources{"memory": 16 * Gi}, msg: "exceeds physical capacity",
+			reason: ReasonInfeasible, target: resources.List{"memory": 16 * Gi}, msg: "exceeds physical capacity",
 		},
 		{
 			name: "huge pages within the pool", phys: hwPages, conf: spec("hugepages-2Mi", "1Gi"),
-			reason: ReasonAccepted, target: Resources{"hugepages-2Mi": Gi}, actuates: true, firstPhase: ReasonInProgress,
+			reason: ReasonAccepted, target: resources.List{"hugepages-2Mi": Gi}, actuates: true, firstPhase: ReasonInProgress,
 		},
 		{
 			name: "huge pages spelled differently are the same pool", phys: hwPages, conf: spec("hugepages-2048Ki", "2Gi"),
-			reason: ReasonAccepted, target: Resources{"hugepages-2Mi": 2 * Gi},
+			reason: ReasonAccepted, target: resources.List{"hugepages-2Mi": 2 * Gi},
 		},
 		{
 			name: "huge pages above the pool", phys: hwPages, conf: spec("hugepages-2Mi", "3Gi"),
-			reason: ReasonInfeasible, target: Resources{"hugepages-2Mi": 2 * Gi}, msg: "hugepages-2Mi 3Gi > physical 2Gi",
+			reason: ReasonInfeasible, target: resources.List{"hugepages-2Mi": 2 * Gi}, msg: "hugepages-2Mi 3Gi > physical 2Gi",
 		},
 		{
 			name: "huge pages of a size with no pool", phys: hw, conf: spec("hugepages-1Gi", "1Gi"),
@@ -88,35 +89,35 @@ func TestValidationRules(t *testing.T) {
 		},
 		{
 			name: "ephemeral-storage within the root filesystem", phys: hw, conf: spec("ephemeral-storage", "50G"),
-			reason: ReasonAccepted, target: Resources{"ephemeral-storage": 50_000_000_000}, actuates: true, firstPhase: ReasonInProgress,
+			reason: ReasonAccepted, target: resources.List{"ephemeral-storage": 50_000_000_000}, actuates: true, firstPhase: ReasonInProgress,
 		},
 		{
 			name: "ephemeral-storage above the root filesystem", phys: hw, conf: spec("ephemeral-storage", "200G"),
-			reason: ReasonInfeasible, target: Resources{"ephemeral-storage": 100_000_000_000},
+			reason: ReasonInfeasible, target: resources.List{"ephemeral-storage": 100_000_000_000},
 		},
 		{
 			name: "unknown names are ignored", phys: hw, conf: spec("cpu", "4", "nvidia.com/gpu", "garbage", "pods", "-1"),
-			reason: ReasonAccepted, target: Resources{"cpu": 4000}, ignored: []string{"nvidia.com/gpu", "pods"},
+			reason: ReasonAccepted, target: resources.List{"cpu": 4000}, ignored: []string{"nvidia.com/gpu", "pods"},
 		},
 		{
 			name: "memory while swap is active", phys: hwSwap, conf: spec("memory", "8Gi"),
-			reason: ReasonInfeasible, target: Resources{"memory": 16 * Gi}, err: true, msg: "swap-enabled nodes are not supported",
+			reason: ReasonInfeasible, target: resources.List{"memory": 16 * Gi}, err: true, msg: "swap-enabled nodes are not supported",
 		},
 		{
 			name: "cpu only while swap is active is fine", phys: hwSwap, conf: spec("cpu", "4"),
-			reason: ReasonAccepted, target: Resources{"cpu": 4000},
+			reason: ReasonAccepted, target: resources.List{"cpu": 4000},
 		},
 		{
 			name: "memory below the reservations is rejected", phys: hw, conf: spec("memory", "800Mi"),
-			reason: ReasonInfeasible, target: Resources{"memory": 16 * Gi}, err: true, msg: "below the kubelet's reservations",
+			reason: ReasonInfeasible, target: resources.List{"memory": 16 * Gi}, err: true, msg: "below the kubelet's reservations",
 		},
 		{
 			name: "cpu below the reservations is rejected", phys: hw, conf: spec("cpu", "50m"),
-			reason: ReasonInfeasible, target: Resources{"cpu": 4000}, err: true, msg: "cpu 50m < 100m",
+			reason: ReasonInfeasible, target: resources.List{"cpu": 4000}, err: true, msg: "cpu 50m < 100m",
 		},
 		{
 			name: "memory exactly at the reservations is allowed", phys: hw, conf: spec("memory", "868Mi"),
-			reason: ReasonAccepted, target: Resources{"memory": 868 * Mi}, actuates: true, firstPhase: ReasonInProgress,
+			reason: ReasonAccepted, target: resources.List{"memory": 868 * Mi}, actuates: true, firstPhase: ReasonInProgress,
 		},
 		{
 			name: "memory one byte under the reservations is rejected", phys: hw, conf: spec("memory", "910163967"),
@@ -191,38 +192,38 @@ func TestMemoryJitter(t *testing.T) {
 	n := newNode(t, machine(4, 16*Gi), Configured{})
 	n.step(nil)
 	for _, drift := range []int64{+50 * Mi, -50 * Mi, +99 * Mi, -99 * Mi, +1, -4096} {
-		d := n.step(func(in *Input) { in.Physical.MemoryBytes = 16*Gi + drift })
+		d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi+drift) })
 		n.expect(d, ReasonAccepted)
-		if d.Target[ResourceMemory] != 16*Gi {
-			t.Fatalf("drift %d moved the target to %d", drift, d.Target[ResourceMemory])
+		if d.Target[resources.Memory] != 16*Gi {
+			t.Fatalf("drift %d moved the target to %d", drift, d.Target[resources.Memory])
 		}
 	}
 	// 150Mi gone is a change: an unplanned loss, clamped at once.
-	d := n.step(func(in *Input) { in.Physical.MemoryBytes = 16*Gi - 150*Mi })
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi-150*Mi) })
 	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
-	if d.Target[ResourceMemory] != 16*Gi-150*Mi {
-		t.Fatalf("target memory %d, want %d", d.Target[ResourceMemory], 16*Gi-150*Mi)
+	if d.Target[resources.Memory] != 16*Gi-150*Mi {
+		t.Fatalf("target memory %d, want %d", d.Target[resources.Memory], 16*Gi-150*Mi)
 	}
 	// Drift is measured from the last accepted reading, so it cannot creep.
 	n.settle()
 	for i := 0; i < 3; i++ {
-		n.step(func(in *Input) { in.Physical.MemoryBytes -= 60 * Mi })
+		n.step(func(in *Input) { in.Physical.Capacity[resources.Memory] -= 60 * Mi })
 	}
-	if got := n.in.Previous.Applied[ResourceMemory]; got >= 16*Gi-150*Mi {
+	if got := n.in.Previous.Applied[resources.Memory]; got >= 16*Gi-150*Mi {
 		t.Fatalf("three drifts of 60Mi left the target at %d", got)
 	}
 	// A configured value exactly at the old reading does not turn a small
 	// downward drift into an emergency.
 	m := newNode(t, machine(4, 16*Gi), spec("memory", "16Gi"))
 	m.step(nil)
-	d = m.step(func(in *Input) { in.Physical.MemoryBytes = 16*Gi - 40*Mi })
+	d = m.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi-40*Mi) })
 	m.expect(d, ReasonAccepted)
 
 	// The tolerance is configurable.
 	k := newNode(t, machine(4, 16*Gi), Configured{})
 	k.in.JitterMemory = 10 * Mi
 	k.step(nil)
-	d = k.step(func(in *Input) { in.Physical.MemoryBytes = 16*Gi - 50*Mi })
+	d = k.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi-50*Mi) })
 	k.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 }
 
@@ -254,10 +255,10 @@ func TestFirstPassBootstrapParity(t *testing.T) {
 	// The configured value wins over the hardware at start-up, even when the
 	// kubelet started on the bigger machine.
 	n := newNode(t, machine(8, 32*Gi), spec("memory", "20Gi"))
-	n.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: Resources{"cpu": 8000, "memory": 32 * Gi, "pods": 110}}
+	n.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 8000, "memory": 32 * Gi, "pods": 110}}
 	d := n.step(nil)
 	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
-	if d.Target[ResourceMemory] != 20*Gi || d.Target[ResourceCPU] != 8000 {
+	if d.Target[resources.Memory] != 20*Gi || d.Target[resources.CPU] != 8000 {
 		t.Fatalf("target %v", d.Target)
 	}
 	d = n.settle()
@@ -269,7 +270,7 @@ func TestFirstPassBootstrapParity(t *testing.T) {
 	// Hardware that shrank while nobody watched is an emergency on the
 	// first pass.
 	m := newNode(t, machine(4, 16*Gi), Configured{})
-	m.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: Resources{"cpu": 8000, "memory": 16 * Gi}}
+	m.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 	d = m.step(nil)
 	m.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 }

@@ -1,6 +1,10 @@
 package decide
 
-import "time"
+import (
+	"time"
+
+	"github.com/node-resized/node-resized/resources"
+)
 
 // ConditionType is the Node condition node-resized owns.
 const ConditionType = "CapacityConfigured"
@@ -72,15 +76,15 @@ type State struct {
 	Spec string `json:"spec"`
 	// Applied is the target currently enforced on the kubepods cgroup and
 	// published in Node status.
-	Applied Resources `json:"applied,omitempty"`
+	Applied resources.List `json:"applied,omitempty"`
 	// Physical is the physical capacity the last pass used, memory held
 	// steady within the jitter tolerance.
-	Physical Resources `json:"physical,omitempty"`
+	Physical resources.List `json:"physical,omitempty"`
 	// EmergencyTarget is the clamped target of the configured resources
 	// while EmergencyReduced, and EmergencySpec the spec value it overrides;
 	// both empty otherwise.
-	EmergencyTarget Resources `json:"emergencyTarget,omitempty"`
-	EmergencySpec   string    `json:"emergencySpec,omitempty"`
+	EmergencyTarget resources.List `json:"emergencyTarget,omitempty"`
+	EmergencySpec   string         `json:"emergencySpec,omitempty"`
 	// Generation counts changes of Applied. Actions carry it; evictions are
 	// reported against it.
 	Generation int64 `json:"generation"`

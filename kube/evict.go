@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/node-resized/node-resized/resources"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -440,7 +442,7 @@ func (e *Evictor) stuck(leaving []*corev1.Pod) string {
 
 // cannotFit explains why the pods still do not fit when no pod is left to
 // evict.
-func cannotFit(usages []PodUsage, allocatable decide.Resources) string {
+func cannotFit(usages []PodUsage, allocatable resources.List) string {
 	var total, protected int64
 	for _, u := range usages {
 		total += u.Footprint()
@@ -449,8 +451,8 @@ func cannotFit(usages []PodUsage, allocatable decide.Resources) string {
 		}
 	}
 	return fmt.Sprintf("the pods that may not be evicted (static, mirror, system-critical) hold %s of memory; all pods hold %s, over allocatable memory %s",
-		decide.FormatAmount(decide.ResourceMemory, protected), decide.FormatAmount(decide.ResourceMemory, total),
-		decide.FormatAmount(decide.ResourceMemory, allocatable[decide.ResourceMemory]))
+		resources.Format(resources.Memory, protected), resources.Format(resources.Memory, total),
+		resources.Format(resources.Memory, allocatable[resources.Memory]))
 }
 
 // noteProtectedOnOfflineCPUs logs, once per generation, the protected pods

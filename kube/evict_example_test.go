@@ -3,7 +3,8 @@ package kube_test
 import (
 	"fmt"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/resources"
+
 	"github.com/node-resized/node-resized/kube"
 )
 
@@ -18,7 +19,7 @@ func ExampleRank() {
 		{Namespace: "web", Name: "api", QOS: "burstable", Priority: 1000, MemoryRequest: 2 * gi, WorkingSet: 2 * gi, WorkingSetKnown: true},
 		{Namespace: "kube-system", Name: "etcd", QOS: "burstable", MemoryRequest: 2 * gi, WorkingSet: 2 * gi, WorkingSetKnown: true, Protected: "static pod"},
 	}
-	victims, fits := kube.Rank(pods, decide.Resources{decide.ResourceMemory: 5 * gi}, nil, nil)
+	victims, fits := kube.Rank(pods, resources.List{resources.Memory: 5 * gi}, nil, nil)
 	for _, v := range victims {
 		fmt.Println(v.Namespace + "/" + v.Name)
 	}

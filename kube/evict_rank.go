@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/node-resized/node-resized/resources"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/node-resized/node-resized/decide"
 )
 
 // Pod annotations and priorities that mark a pod the kubelet never evicts
@@ -108,7 +108,7 @@ func (u PodUsage) String() string { return u.Namespace + "/" + u.Name }
 // charged what it uses. The sum is at least the sum of the requests and at
 // least the sum of the working sets, so when it fits neither the kubelet's
 // admission nor its memory-pressure eviction would find the node over.
-func Rank(pods []PodUsage, allocatable decide.Resources, onlineCPUs []int, exclusive map[string][]int) (victims []PodUsage, fits bool) {
+func Rank(pods []PodUsage, allocatable resources.List, onlineCPUs []int, exclusive map[string][]int) (victims []PodUsage, fits bool) {
 	online := make(map[int]bool, len(onlineCPUs))
 	for _, c := range onlineCPUs {
 		online[c] = true
@@ -131,7 +131,7 @@ func Rank(pods []PodUsage, allocatable decide.Resources, onlineCPUs []int, exclu
 	slices.SortFunc(cpuVictims, compareForEviction)
 	victims = cpuVictims
 
-	limit, limited := allocatable[decide.ResourceMemory]
+	limit, limited := allocatable[resources.Memory]
 	if !limited {
 		return victims, true
 	}
@@ -141,7 +141,7 @@ func Rank(pods []PodUsage, allocatable decide.Resources, onlineCPUs []int, exclu
 			break
 		}
 		p.Why = fmt.Sprintf("the pods' memory (the sum of max(request, working set)) is %s, over allocatable memory %s; %s",
-			decide.FormatAmount(decide.ResourceMemory, total), decide.FormatAmount(decide.ResourceMemory, limit), describeMemory(p))
+			resources.Format(resources.Memory, total), resources.Format(resources.Memory, limit), describeMemory(p))
 		victims = append(victims, p)
 		total -= p.Footprint()
 	}
@@ -189,12 +189,12 @@ func boolFirst(a, b bool) int {
 }
 
 func describeMemory(p PodUsage) string {
-	req := decide.FormatAmount(decide.ResourceMemory, p.MemoryRequest)
+	req := resources.Format(resources.Memory, p.MemoryRequest)
 	if !p.WorkingSetKnown {
 		return fmt.Sprintf("this pod: working set unknown, request %s, priority %d", req, p.Priority)
 	}
 	return fmt.Sprintf("this pod: working set %s, request %s, priority %d",
-		decide.FormatAmount(decide.ResourceMemory, p.WorkingSet), req, p.Priority)
+		resources.Format(resources.Memory, p.WorkingSet), req, p.Priority)
 }
 
 // offlineCPUs returns the CPUs of cpus that are not online, sorted.

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/node-resized/node-resized/resources"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/node-resized/node-resized/decide"
 )
 
 const evGi = int64(1) << 30
@@ -29,17 +29,17 @@ func evWith(u PodUsage, f func(*PodUsage)) PodUsage {
 	return u
 }
 
-func evGuaranteed(u *PodUsage)       { u.QOS = qosGuaranteedName }
-func evStatic(u *PodUsage)           { u.Protected = "static pod" }
-func evMirror(u *PodUsage)           { u.Protected = "mirror pod" }
-func evCritical(u *PodUsage)         { u.Protected = "system-critical pod" }
-func evMem(v int64) decide.Resources { return decide.Resources{decide.ResourceMemory: v} }
+func evGuaranteed(u *PodUsage)     { u.QOS = qosGuaranteedName }
+func evStatic(u *PodUsage)         { u.Protected = "static pod" }
+func evMirror(u *PodUsage)         { u.Protected = "mirror pod" }
+func evCritical(u *PodUsage)       { u.Protected = "system-critical pod" }
+func evMem(v int64) resources.List { return resources.List{resources.Memory: v} }
 
 func TestRank(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		pods        []PodUsage
-		allocatable decide.Resources
+		allocatable resources.List
 		online      []int
 		exclusive   map[string][]int
 		want        []string
@@ -227,7 +227,7 @@ func TestRank(t *testing.T) {
 		{
 			name:        "no memory in allocatable: memory is not constrained",
 			pods:        []PodUsage{evUsage("a", 100*evGi, 200*evGi, 0)},
-			allocatable: decide.Resources{decide.ResourceCPU: 2000},
+			allocatable: resources.List{resources.CPU: 2000},
 			fits:        true,
 		},
 		{

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -210,7 +212,7 @@ func evDone(gen int64) func(decide.EvictionReport) bool {
 
 func evictOrder(gen int64, memory int64) decide.Evict {
 	return decide.Evict{Generation: gen, Reason: decide.EvictionReason,
-		Capacity: decide.Resources{"memory": memory + 1<<30}, Allocatable: decide.Resources{"memory": memory}}
+		Capacity: resources.List{"memory": memory + 1<<30}, Allocatable: resources.List{"memory": memory}}
 }
 
 func TestEvictorEvictsInRankOrderAndReportsDone(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/node-resized/node-resized/resources"
 
 	"github.com/node-resized/node-resized/decide"
 )
@@ -34,8 +34,8 @@ type NodeView struct {
 	Source     string
 	// Capacity and Allocatable are status.capacity and status.allocatable
 	// as they stand, in decide's base units.
-	Capacity    decide.Resources
-	Allocatable decide.Resources
+	Capacity    resources.List
+	Allocatable resources.List
 	// Ready is the Ready condition's status.
 	Ready bool
 	// Condition is the CapacityConfigured condition as published, if any.
@@ -105,24 +105,26 @@ func ParseNode(b []byte) (NodeView, error) {
 
 // parseResourceList reads a configured capacity. Anything that is not a
 // JSON object of quantities is kept as Invalid, so that the decision core
-// marks the request Infeasible instead of ignoring it. Numbers are taken as
-// the quantities they spell.
+// marks the request Infeasible instead of ignoring it. Each value is taken
+// as resource.Quantity takes it: a string as written, a JSON number as the
+// quantity its literal spells (1.5, 1e3, 0.0000001), never rounded.
 func parseResourceList(b []byte, source string) decide.Configured {
-	var m map[string]any
+	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil || m == nil {
 		return decide.Configured{Present: true, Invalid: fmt.Sprintf("%s is not a JSON object of quantities: %.80q", source, string(b))}
 	}
 	raw := make(map[string]string, len(m))
 	var bad []string
 	for k, v := range m {
-		switch x := v.(type) {
-		case string:
-			raw[k] = x
-		case float64:
-			raw[k] = strings.TrimSuffix(fmt.Sprintf("%f", x), ".000000")
-			if x == float64(int64(x)) {
-				raw[k] = fmt.Sprintf("%d", int64(x))
-			}
+		var s string
+		var n json.Number
+		switch {
+		case string(v) == "null":
+			bad = append(bad, k)
+		case json.Unmarshal(v, &s) == nil:
+			raw[k] = s
+		case json.Unmarshal(v, &n) == nil:
+			raw[k] = n.String()
 		default:
 			bad = append(bad, k)
 		}
@@ -134,37 +136,16 @@ func parseResourceList(b []byte, source string) decide.Configured {
 	return decide.Configured{Present: true, Raw: raw}
 }
 
-// quantities converts a ResourceList to base units: cpu in millicores,
-// everything else in whole units. Unparsable entries are left out.
-func quantities(m map[string]string) decide.Resources {
+// quantities converts a ResourceList to base units. Unparsable entries are
+// left out.
+func quantities(m map[string]string) resources.List {
 	if m == nil {
 		return nil
 	}
-	out := make(decide.Resources, len(m))
+	out := make(resources.List, len(m))
 	for k, s := range m {
-		q, err := resource.ParseQuantity(s)
-		if err != nil {
-			continue
-		}
-		if k == decide.ResourceCPU {
-			out[k] = q.MilliValue()
-		} else {
-			out[k] = q.Value()
-		}
-	}
-	return out
-}
-
-// ResourceList renders decide's amounts as a Kubernetes ResourceList, in
-// the forms the kubelet writes (cpu as a decimal count or millicores, bytes
-// in binary SI).
-func ResourceList(r decide.Resources) map[string]string {
-	out := make(map[string]string, len(r))
-	for k, v := range r {
-		if k == decide.ResourceCPU {
-			out[k] = resource.NewMilliQuantity(v, resource.DecimalSI).String()
-		} else {
-			out[k] = resource.NewQuantity(v, resource.BinarySI).String()
+		if v, err := resources.Parse(k, s); err == nil {
+			out[k] = v
 		}
 	}
 	return out

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/node-resized/node-resized/resources"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,8 +74,8 @@ func RestConfig(path string) (*rest.Config, error) {
 
 // Status is the wanted Node status: what the daemon publishes.
 type Status struct {
-	Capacity    decide.Resources
-	Allocatable decide.Resources
+	Capacity    resources.List
+	Allocatable resources.List
 	Condition   decide.Condition
 	// Since is when the hardware change behind this status was first seen
 	// (the first uevent); zero when it did not come from a hardware change.
@@ -428,8 +430,8 @@ func (r *Relay) patch(ctx context.Context, s Status) error {
 	}
 	body := map[string]any{
 		"status": map[string]any{
-			"capacity":    ResourceList(s.Capacity),
-			"allocatable": ResourceList(s.Allocatable),
+			"capacity":    s.Capacity.Strings(),
+			"allocatable": s.Allocatable.Strings(),
 			"conditions": []map[string]any{{
 				"type":               decide.ConditionType,
 				"status":             string(s.Condition.Status),

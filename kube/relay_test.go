@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/node-resized/node-resized/resources"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -89,15 +92,31 @@ func TestParseNodeStatus(t *testing.T) {
 	}
 }
 
+// TestAnnotationNumbers: JSON numbers in the annotation are the quantities
+// their literals spell, to the last digit; anything else that is not a
+// string makes the request malformed.
+func TestAnnotationNumbers(t *testing.T) {
+	c := parseResourceList([]byte(`{"cpu": 1.5, "memory": 8589934592, "hugepages-2Mi": 1e3, "ephemeral-storage": 0.0000001, "x": "4"}`), SourceAnnotation)
+	want := map[string]string{"cpu": "1.5", "memory": "8589934592", "hugepages-2Mi": "1e3", "ephemeral-storage": "0.0000001", "x": "4"}
+	if c.Invalid != "" || !reflect.DeepEqual(c.Raw, want) {
+		t.Fatalf("parsed %+v, want raw %v", c, want)
+	}
+	for _, bad := range []string{`{"cpu": true}`, `{"cpu": {"a": 1}}`, `{"cpu": null}`, `[1]`, `4`} {
+		if c := parseResourceList([]byte(bad), SourceAnnotation); c.Invalid == "" {
+			t.Errorf("%s: parsed %+v, want it invalid", bad, c)
+		}
+	}
+}
+
 func TestResourceListMatchesKubeletForms(t *testing.T) {
-	got := ResourceList(decide.Resources{"cpu": 4000, "memory": 24683620 << 10, "hugepages-2Mi": 0, "ephemeral-storage": 264212084 << 10})
+	got := (resources.List{"cpu": 4000, "memory": 24683620 << 10, "hugepages-2Mi": 0, "ephemeral-storage": 264212084 << 10}).Strings()
 	want := map[string]string{"cpu": "4", "memory": "24683620Ki", "hugepages-2Mi": "0", "ephemeral-storage": "264212084Ki"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
-	if got := ResourceList(decide.Resources{"cpu": 3500}); got["cpu"] != "3500m" {
+	if got := (resources.List{"cpu": 3500}).Strings(); got["cpu"] != "3500m" {
 		t.Errorf("cpu 3500m rendered %q", got["cpu"])
 	}
 }
@@ -179,8 +198,8 @@ func status(cpu int64, reason decide.Reason) Status {
 		st = decide.StatusFalse
 	}
 	return Status{
-		Capacity:    decide.Resources{"cpu": cpu * 1000, "memory": 8 << 30},
-		Allocatable: decide.Resources{"cpu": cpu * 1000, "memory": 7 << 30},
+		Capacity:    resources.List{"cpu": cpu * 1000, "memory": 8 << 30},
+		Allocatable: resources.List{"cpu": cpu * 1000, "memory": 7 << 30},
 		Condition:   decide.Condition{Status: st, Reason: reason, Message: "m"},
 	}
 }
@@ -265,7 +284,7 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	if rec.count() != 1 {
 		t.Fatalf("republished a status the Node already shows")
 	}
-	v.Capacity = decide.Resources{"cpu": 4000, "memory": 8 << 30} // the kubelet's boot-time view
+	v.Capacity = resources.List{"cpu": 4000, "memory": 8 << 30} // the kubelet's boot-time view
 	r.Republish(v)
 	waitFor(t, "a second patch", func() bool { return rec.count() == 2 })
 }

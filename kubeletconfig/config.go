@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/node-resized/node-resized/resources"
+
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -491,11 +493,11 @@ func fromKubelet(kc *kubeletv1beta1.KubeletConfiguration, path string) (*Config,
 	if len(ids) > 0 {
 		// The kubelet's reserved-cpus override: the reserved CPUs become
 		// the whole cpu reservation.
-		delete(kube, decide.ResourceCPU)
+		delete(kube, resources.CPU)
 		if sys == nil {
 			sys = map[string]string{}
 		}
-		sys[decide.ResourceCPU] = strconv.Itoa(len(ids))
+		sys[resources.CPU] = strconv.Itoa(len(ids))
 	}
 	if c.Reservations.SystemReserved, c.Reservations.SystemReservedNanos, err = parseReserved(sys); err != nil {
 		return nil, fieldErr("systemReserved", err)
@@ -536,11 +538,11 @@ func fromKubelet(kc *kubeletv1beta1.KubeletConfiguration, path string) (*Config,
 // parseReserved parses a systemReserved or kubeReserved map exactly: whole
 // units, and the fractions of a unit in nanos (nil when every amount is
 // whole).
-func parseReserved(m map[string]string) (whole decide.Resources, nanos map[string]int64, err error) {
+func parseReserved(m map[string]string) (whole resources.List, nanos map[string]int64, err error) {
 	if len(m) == 0 {
 		return nil, nil, nil
 	}
-	whole = decide.Resources{}
+	whole = resources.List{}
 	for _, k := range sortedKeys(m) {
 		w, n, err := decide.ParseReservationExact(k, m[k])
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"github.com/node-resized/node-resized/decide"
 )
 
@@ -61,8 +63,8 @@ func TestLoad(t *testing.T) {
 			path: "reserved.yaml",
 			check: func(t *testing.T, c *Config) {
 				want := decide.Reservations{
-					SystemReserved:  decide.Resources{"cpu": 500, "memory": Gi, "ephemeral-storage": Gi},
-					KubeReserved:    decide.Resources{"cpu": 250, "memory": 512 * Mi, "pid": 1000},
+					SystemReserved:  resources.List{"cpu": 500, "memory": Gi, "ephemeral-storage": Gi},
+					KubeReserved:    resources.List{"cpu": 250, "memory": 512 * Mi, "pid": 1000},
 					MemoryAvailable: decide.Threshold{Quantity: 200 * Mi},
 					NodeFsAvailable: pct("5%"),
 				}
@@ -80,7 +82,7 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("warnings %v", c.Warnings)
 				}
 				// 16Gi node: allocatable as the kubelet publishes it.
-				alloc := decide.Allocatable(decide.Resources{"cpu": 4000, "memory": 16 * Gi}, c.Reservations)
+				alloc := decide.Allocatable(resources.List{"cpu": 4000, "memory": 16 * Gi}, c.Reservations)
 				if alloc["cpu"] != 3250 || alloc["memory"] != 16*Gi-Gi-512*Mi-200*Mi {
 					t.Fatalf("allocatable %v", alloc)
 				}
@@ -117,8 +119,8 @@ func TestLoad(t *testing.T) {
 			dropIns: "dropin",
 			check: func(t *testing.T, c *Config) {
 				want := decide.Reservations{
-					SystemReserved:  decide.Resources{"cpu": 500, "memory": 2 * Gi, "ephemeral-storage": Gi},
-					KubeReserved:    decide.Resources{"memory": 512 * Mi, "pid": 1000},
+					SystemReserved:  resources.List{"cpu": 500, "memory": 2 * Gi, "ephemeral-storage": Gi},
+					KubeReserved:    resources.List{"memory": 512 * Mi, "pid": 1000},
 					MemoryAvailable: pct("5%"),
 				}
 				if !reflect.DeepEqual(c.Reservations, want) {
@@ -199,9 +201,9 @@ func TestLoad(t *testing.T) {
 			path: "fractional.yaml",
 			check: func(t *testing.T, c *Config) {
 				want := decide.Reservations{
-					SystemReserved:      decide.Resources{"memory": 644245094},
+					SystemReserved:      resources.List{"memory": 644245094},
 					SystemReservedNanos: map[string]int64{"memory": 400_000_000},
-					KubeReserved:        decide.Resources{"memory": 429496729, "ephemeral-storage": 751619276},
+					KubeReserved:        resources.List{"memory": 429496729, "ephemeral-storage": 751619276},
 					KubeReservedNanos:   map[string]int64{"memory": 600_000_000, "ephemeral-storage": 800_000_000},
 					MemoryAvailable:     decide.Threshold{QuantityNanos: 500_000_000},
 					NodeFsAvailable:     decide.Threshold{Quantity: 322122547, QuantityNanos: 200_000_000},
@@ -209,7 +211,7 @@ func TestLoad(t *testing.T) {
 				if !reflect.DeepEqual(c.Reservations, want) {
 					t.Fatalf("reservations %+v, want %+v", c.Reservations, want)
 				}
-				capacity := decide.Resources{"cpu": 4000, "memory": 16 * Gi, "ephemeral-storage": 100 * Gi}
+				capacity := resources.List{"cpu": 4000, "memory": 16 * Gi, "ephemeral-storage": 100 * Gi}
 				alloc := decide.Allocatable(capacity, c.Reservations)
 				// memory: 16Gi − 1Gi − 0.5 byte, rounded up; storage:
 				// 100Gi − (0.7Gi + 0.3Gi).

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kubeletconfig"
 )
@@ -18,9 +20,9 @@ func ExampleLoad() {
 		return
 	}
 	fmt.Println(c.CgroupDriver, c.Reservations.SystemReserved, c.Reservations.MemoryAvailable)
-	capacity := decide.Resources{"cpu": 4000, "memory": 16 << 30}
+	capacity := resources.List{"cpu": 4000, "memory": 16 << 30}
 	fmt.Println(decide.Allocatable(capacity, c.Reservations))
 	// Output:
-	// cgroupfs cpu=500m, ephemeral-storage=1073741824, memory=2Gi 5%
+	// cgroupfs cpu=500m, memory=2Gi, ephemeral-storage=1Gi 5%
 	// cpu=3500m, memory=13636521152
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/uevent"
 )
@@ -74,13 +75,25 @@ type Config struct {
 	// the loop (default 8192). When it is full the event is counted as lost
 	// and a full rescan follows.
 	QueueSize int
-	// OnChange, if set, is called from the loop, before subscribers are
-	// told, with each change and the new model. It must not block for long:
-	// it is where node-local protection that cannot wait belongs.
-	OnChange func(Change, *topology.Snapshot)
-	Logger   *slog.Logger
-	Metrics  *metrics.Metrics
+	// Subscribers are told of each change and the new model, from the
+	// loop, in order, before the API's streams are. They must not block for
+	// long: this is where node-local protection that cannot wait belongs.
+	Subscribers []Subscriber
+	Logger      *slog.Logger
+	Metrics     *metrics.Metrics
 }
+
+// A Subscriber takes every change of the model. OnChange is called on the
+// detection loop's goroutine and must return quickly.
+type Subscriber interface {
+	OnChange(c Change, snap *topology.Snapshot)
+}
+
+// SubscriberFunc adapts a function to a Subscriber.
+type SubscriberFunc func(Change, *topology.Snapshot)
+
+// OnChange calls f.
+func (f SubscriberFunc) OnChange(c Change, snap *topology.Snapshot) { f(c, snap) }
 
 func (c *Config) setDefaults() {
 	if c.Quiet <= 0 {
@@ -123,9 +136,10 @@ type Change struct {
 	// LatencySeconds is the time from the arrival of the batch's first
 	// event (a uevent, or the MemTotal poll that saw a change) to the
 	// updated model; 0 for startup and resyncs.
-	LatencySeconds float64           `json:"latencySeconds"`
-	Changes        topology.Changes  `json:"changes"`
-	Capacity       topology.Capacity `json:"capacity"`
+	LatencySeconds float64          `json:"latencySeconds"`
+	Changes        topology.Changes `json:"changes"`
+	// Capacity is the new model's physical capacity (Snapshot.Capacity).
+	Capacity resources.List `json:"capacity"`
 }
 
 // Latency returns LatencySeconds as a duration.
@@ -169,7 +183,7 @@ type Monitor struct {
 
 	mu      sync.RWMutex // guards the fields below
 	snap    *topology.Snapshot
-	capac   topology.Capacity
+	capac   resources.List
 	history []Change // ring, oldest first once full
 	nextID  uint64
 	subs    map[chan Change]struct{}
@@ -549,43 +563,35 @@ func (m *Monitor) install(snap *topology.Snapshot, b *batch, diff topology.Chang
 	m.stats.LastRebuildErr = ""
 	m.mu.Unlock()
 
-	m.observe(c)
+	m.observe(c, snap)
 	if len(diff) == 0 {
 		m.log.Info("machine model built",
-			"cpu", capac.CPU, "memory_bytes", capac.Memory, "numa_nodes", len(snap.Nodes),
+			"capacity", capac.String(), "numa_nodes", len(snap.Nodes),
 			"cpus_online", snap.CPUs.Online.String(), "memory_blocks", len(snap.MemoryBlocks), "took", took)
 	} else {
 		m.log.Info("machine changed",
-			"change_id", c.ID, "changes", diff.String(), "cpu", capac.CPU, "memory_bytes", capac.Memory,
+			"change_id", c.ID, "changes", diff.String(), "capacity", capac.String(),
 			"cpus_online", snap.CPUs.Online.String(), "triggers", b.triggers, "events", b.events,
 			"seqnums", b.seqnums.String(), "latency", c.Latency(), "rebuild", took)
 	}
-	if m.cfg.OnChange != nil {
-		m.cfg.OnChange(c, snap)
+	for _, sub := range m.cfg.Subscribers {
+		sub.OnChange(c, snap)
 	}
 	m.publish(c)
 	return c
 }
 
 // observe updates the capacity gauges and change counters.
-func (m *Monitor) observe(c Change) {
+func (m *Monitor) observe(c Change, snap *topology.Snapshot) {
 	mt := m.cfg.Metrics
-	capac := c.Capacity
-	mt.Capacity.WithLabelValues("cpu").Set(float64(capac.CPU))
-	mt.Capacity.WithLabelValues("memory").Set(float64(capac.Memory))
-	if capac.EphemeralStorage > 0 {
-		mt.Capacity.WithLabelValues("ephemeral-storage").Set(float64(capac.EphemeralStorage))
-	}
-	for name, v := range capac.Hugepages {
-		mt.Capacity.WithLabelValues(name).Set(float64(v))
+	for name, v := range c.Capacity.Published() {
+		mt.Capacity.WithLabelValues(name).Set(resources.Value(name, v))
 	}
 	mt.NUMACapacity.Reset()
-	for _, n := range capac.Nodes {
+	for _, n := range snap.NodeCapacities() {
 		id := strconv.Itoa(n.ID)
-		mt.NUMACapacity.WithLabelValues(id, "cpu").Set(float64(n.CPU))
-		mt.NUMACapacity.WithLabelValues(id, "memory").Set(float64(n.Memory))
-		for name, v := range n.Hugepages {
-			mt.NUMACapacity.WithLabelValues(id, name).Set(float64(v))
+		for name, v := range n.Capacity {
+			mt.NUMACapacity.WithLabelValues(id, name).Set(resources.Value(name, v))
 		}
 	}
 	for _, ch := range c.Changes {
@@ -637,7 +643,7 @@ func (m *Monitor) Ready() <-chan struct{} { return m.ready }
 
 // Snapshot returns the current model and its capacity. The snapshot must
 // not be modified. It is nil before the first model is built.
-func (m *Monitor) Snapshot() (*topology.Snapshot, topology.Capacity) {
+func (m *Monitor) Snapshot() (*topology.Snapshot, resources.List) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.snap, m.capac

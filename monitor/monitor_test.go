@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/uevent"
 )
@@ -230,8 +231,8 @@ func TestBurstIsOneChange(t *testing.T) {
 	if got := c.Seqnums.String(); got != "5000-6023" {
 		t.Errorf("seqnums = %q, want 5000-6023", got)
 	}
-	if c.Capacity.Memory != 68<<30 {
-		t.Errorf("capacity memory = %d, want %d", c.Capacity.Memory, uint64(68<<30))
+	if c.Capacity[resources.Memory] != 68<<30 {
+		t.Errorf("capacity memory = %d, want %d", c.Capacity[resources.Memory], uint64(68<<30))
 	}
 	if !hasTrigger(c, TriggerUevent) || c.LatencySeconds <= 0 {
 		t.Errorf("triggers %v latency %v: want a uevent trigger with a latency", c.Triggers, c.LatencySeconds)
@@ -270,8 +271,8 @@ func TestMaxWaitBoundsAnEndlessBurst(t *testing.T) {
 	c := h.next()
 	close(stop)
 	wg.Wait()
-	if c.Capacity.CPU != 1 {
-		t.Errorf("cpu = %d, want 1", c.Capacity.CPU)
+	if c.Capacity[resources.CPU] != 1000 {
+		t.Errorf("cpu = %d, want 1", c.Capacity[resources.CPU])
 	}
 }
 
@@ -282,8 +283,8 @@ func TestForgedEventChangesNothing(t *testing.T) {
 	waitFor(t, func() bool { return h.mon.Stats().Rebuilds >= 2 })
 	h.none()
 	snap, capac := h.mon.Snapshot()
-	if capac.CPU != 2 || snap.CPUs.Online.String() != "0-1" {
-		t.Errorf("model changed by a forged event: cpu %d online %s", capac.CPU, snap.CPUs.Online)
+	if capac[resources.CPU] != 2000 || snap.CPUs.Online.String() != "0-1" {
+		t.Errorf("model changed by a forged event: cpu %d online %s", capac[resources.CPU], snap.CPUs.Online)
 	}
 	if got := testutil.ToFloat64(h.metrics.Rebuilds.WithLabelValues("uevent", "unchanged")); got != 1 {
 		t.Errorf("unchanged uevent rebuilds = %v, want 1", got)
@@ -298,8 +299,8 @@ func TestLostEventsTriggerRescan(t *testing.T) {
 	h.machine.set(topology.CPUSet{0}, 4<<30)
 	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropOverflow}}
 	c := h.next()
-	if !hasTrigger(c, TriggerLost) || c.Capacity.CPU != 1 {
-		t.Errorf("change %v cpu %d: want a lost-events rescan that sees 1 CPU", c.Triggers, c.Capacity.CPU)
+	if !hasTrigger(c, TriggerLost) || c.Capacity[resources.CPU] != 1000 {
+		t.Errorf("change %v cpu %d: want a lost-events rescan that sees 1 CPU", c.Triggers, c.Capacity[resources.CPU])
 	}
 	if st := h.mon.Stats(); st.LostEvents != 1 {
 		t.Errorf("lost events = %d, want 1", st.LostEvents)
@@ -311,8 +312,8 @@ func TestUnexpectedReadErrorKeepsRunning(t *testing.T) {
 	h.src.ch <- result{err: errors.New("recvfrom: interrupted")}
 	h.machine.set(topology.CPUSet{0}, 4<<30)
 	h.src.inject("cpu", uevent.ActionOffline, 7)
-	if c := h.next(); c.Capacity.CPU != 1 {
-		t.Errorf("cpu = %d after a read error and an event, want 1", c.Capacity.CPU)
+	if c := h.next(); c.Capacity[resources.CPU] != 1000 {
+		t.Errorf("cpu = %d after a read error and an event, want 1", c.Capacity[resources.CPU])
 	}
 }
 
@@ -324,8 +325,8 @@ func TestMemTotalWatchWithoutUevent(t *testing.T) {
 	if !hasTrigger(c, TriggerMemTotal) || c.Events != 0 {
 		t.Errorf("triggers %v events %d: want memtotal and no uevents", c.Triggers, c.Events)
 	}
-	if c.Capacity.Memory != 3<<30 {
-		t.Errorf("memory = %d, want %d", c.Capacity.Memory, uint64(3<<30))
+	if c.Capacity[resources.Memory] != 3<<30 {
+		t.Errorf("memory = %d, want %d", c.Capacity[resources.Memory], uint64(3<<30))
 	}
 	if !hasKind(c.Changes, topology.ChangeMemTotal) {
 		t.Errorf("changes = %v, want a memtotal change", c.Changes)
@@ -348,7 +349,7 @@ func TestResyncReportsChange(t *testing.T) {
 	}
 	h.machine.set(topology.CPUSet{0, 1, 2}, 4<<30)
 	r, err = h.mon.Resync(context.Background())
-	if err != nil || !r.Changed || r.Change == nil || r.Change.Capacity.CPU != 3 {
+	if err != nil || !r.Changed || r.Change == nil || r.Change.Capacity[resources.CPU] != 3000 {
 		t.Fatalf("Resync after a change = %+v, %v; want changed to 3 CPUs", r, err)
 	}
 	if c := h.next(); c.ID != r.Change.ID {
@@ -364,8 +365,8 @@ func TestTransientSnapshotErrorIsRetried(t *testing.T) {
 	h.machine.mu.Unlock()
 	h.src.inject("cpu", uevent.ActionOffline, 9)
 	c := h.next()
-	if !hasTrigger(c, TriggerRetry) || c.Capacity.CPU != 1 {
-		t.Errorf("triggers %v cpu %d: want a retried rebuild that sees 1 CPU", c.Triggers, c.Capacity.CPU)
+	if !hasTrigger(c, TriggerRetry) || c.Capacity[resources.CPU] != 1000 {
+		t.Errorf("triggers %v cpu %d: want a retried rebuild that sees 1 CPU", c.Triggers, c.Capacity[resources.CPU])
 	}
 	if st := h.mon.Stats(); st.RebuildErrors != 2 || st.LastRebuildErr != "" {
 		t.Errorf("stats %+v: want 2 rebuild errors, cleared after success", st)

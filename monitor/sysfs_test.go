@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/topology/topologytest"
 	"github.com/node-resized/node-resized/uevent"
@@ -105,10 +106,16 @@ func (h *sysfsHarness) setBlock(id, node int, online bool) {
 	h.tree.SetMemTotalKB(uint64(int64(h.tree.MemTotalKB()) + delta))
 }
 
-// capacity returns the monitor's current capacity.
-func (h *sysfsHarness) capacity() topology.Capacity {
-	_, c := h.mon.Snapshot()
-	return c
+// capacity returns the monitor's current model's capacity: the machine's
+// and, by NUMA node, each node's.
+func (h *sysfsHarness) capacity() capacities {
+	snap, c := h.mon.Snapshot()
+	return capacities{c, snap.NodeCapacities()}
+}
+
+type capacities struct {
+	resources.List
+	Nodes []topology.NodeCapacity
 }
 
 func kinds(c Change) []string {
@@ -122,7 +129,7 @@ func kinds(c Change) []string {
 // checkChange fails the test unless c was caused by uevents alone, has
 // exactly the kinds want, in Diff's order, and moved memory by delta bytes
 // on the machine and on node1.
-func checkChange(t *testing.T, c Change, before topology.Capacity, delta int64, want ...string) {
+func checkChange(t *testing.T, h *sysfsHarness, c Change, before capacities, delta int64, want ...string) {
 	t.Helper()
 	if got := kinds(c); !slices.Equal(got, want) {
 		t.Errorf("change kinds %v, want %v (%s)", got, want, c.Changes)
@@ -130,15 +137,20 @@ func checkChange(t *testing.T, c Change, before topology.Capacity, delta int64, 
 	if !slices.Equal(c.Triggers, []Trigger{TriggerUevent}) || c.LatencySeconds <= 0 {
 		t.Errorf("triggers %v latency %v: want uevent alone, with a latency", c.Triggers, c.LatencySeconds)
 	}
-	if got, want := int64(c.Capacity.Memory)-int64(before.Memory), delta; got != want {
+	after := h.capacity()
+	if got := after.List; !got.Equal(c.Capacity) {
+		t.Errorf("the change's capacity %s is not the model's %s", c.Capacity, got)
+	}
+	mem := resources.Memory
+	if got, want := c.Capacity[mem]-before.List[mem], delta; got != want {
 		t.Errorf("capacity memory moved by %d bytes, want %d", got, want)
 	}
-	if got, want := int64(c.Capacity.Nodes[1].Memory)-int64(before.Nodes[1].Memory), delta; got != want {
+	if got, want := after.Nodes[1].Capacity[mem]-before.Nodes[1].Capacity[mem], delta; got != want {
 		t.Errorf("node1 memory moved by %d bytes, want %d", got, want)
 	}
-	if c.Capacity.Nodes[0].Memory != before.Nodes[0].Memory || c.Capacity.CPU != before.CPU {
+	if after.Nodes[0].Capacity[mem] != before.Nodes[0].Capacity[mem] || c.Capacity[resources.CPU] != before.List[resources.CPU] {
 		t.Errorf("node0 memory %d cpu %d, want them unchanged (%d, %d)",
-			c.Capacity.Nodes[0].Memory, c.Capacity.CPU, before.Nodes[0].Memory, before.CPU)
+			after.Nodes[0].Capacity[mem], c.Capacity[resources.CPU], before.Nodes[0].Capacity[mem], before.List[resources.CPU])
 	}
 }
 
@@ -148,7 +160,7 @@ func TestSysfsMemoryBlockOffline(t *testing.T) {
 	h.setBlock(63, 1, false)
 	seq := h.memoryEvent(uevent.ActionOffline, 63)
 	c := h.next()
-	checkChange(t, c, before, -int64(h.tree.BlockSize()),
+	checkChange(t, h, c, before, -int64(h.tree.BlockSize()),
 		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOffline, topology.ChangeMemTotal)
 	if c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
 		t.Errorf("events %d seqnums %q, want 1 and %d", c.Events, c.Seqnums.String(), seq)
@@ -171,15 +183,16 @@ func TestSysfsMemoryBlockOnlineAgain(t *testing.T) {
 	start := h.capacity()
 	h.setBlock(63, 1, false)
 	h.memoryEvent(uevent.ActionOffline, 63)
-	offline := h.next().Capacity
+	h.next()
+	offline := h.capacity()
 
 	h.setBlock(63, 1, true)
 	seq := h.memoryEvent(uevent.ActionOnline, 63)
 	c := h.next()
-	checkChange(t, c, offline, int64(h.tree.BlockSize()),
+	checkChange(t, h, c, offline, int64(h.tree.BlockSize()),
 		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOnline, topology.ChangeMemTotal)
-	if !reflect.DeepEqual(c.Capacity, start) {
-		t.Errorf("capacity after the block came back\n got %+v\nwant %+v", c.Capacity, start)
+	if got := h.capacity(); !reflect.DeepEqual(got, start) {
+		t.Errorf("capacity after the block came back\n got %+v\nwant %+v", got, start)
 	}
 	if c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
 		t.Errorf("events %d seqnums %q, want 1 and %d", c.Events, c.Seqnums.String(), seq)
@@ -209,7 +222,7 @@ func TestSysfsDIMMHotAddIsOneChange(t *testing.T) {
 		h.memoryEvent(uevent.ActionOnline, id)
 	}
 	c := h.next()
-	checkChange(t, c, before, n*int64(h.tree.BlockSize()),
+	checkChange(t, h, c, before, n*int64(h.tree.BlockSize()),
 		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockAdded, topology.ChangeMemTotal)
 	if c.Events != 2*n {
 		t.Errorf("change has %d events, want %d", c.Events, 2*n)
@@ -257,7 +270,7 @@ func TestSysfsBalloonWithoutUevent(t *testing.T) {
 	if got, want := kinds(c), []string{topology.ChangeNodeMemTotal, topology.ChangeMemTotal}; !slices.Equal(got, want) {
 		t.Errorf("change kinds %v, want %v", got, want)
 	}
-	if got, want := c.Capacity.Memory, before.Memory-takenKB*1024; got != want {
+	if got, want := c.Capacity[resources.Memory], before.List[resources.Memory]-int64(takenKB)*1024; got != want {
 		t.Errorf("capacity memory %d, want %d", got, want)
 	}
 	if c.LatencySeconds <= 0 {
@@ -275,8 +288,8 @@ func TestSysfsForgedMemoryEvents(t *testing.T) {
 	h.memoryEvent(uevent.ActionAdd, 4096)
 	waitFor(t, func() bool { return h.mon.Stats().Uevents == 3 && h.mon.Stats().Rebuilds >= 2 })
 	h.none()
-	snap, capac := h.mon.Snapshot()
-	if !reflect.DeepEqual(capac, before) || snap.MemoryBlocks[63].State != topology.BlockOnline || len(snap.MemoryBlocks) != 64 {
+	snap, _ := h.mon.Snapshot()
+	if capac := h.capacity(); !reflect.DeepEqual(capac, before) || snap.MemoryBlocks[63].State != topology.BlockOnline || len(snap.MemoryBlocks) != 64 {
 		t.Errorf("the model changed: capacity %+v, block 63 %+v, %d blocks", capac, snap.MemoryBlocks[63], len(snap.MemoryBlocks))
 	}
 	if st := h.mon.Stats(); st.Changes != 1 {
@@ -302,7 +315,7 @@ func TestSysfsDIMMUnplug(t *testing.T) {
 		h.memoryEvent(uevent.ActionRemove, id)
 	}
 	c := h.next()
-	checkChange(t, c, before, -8*int64(h.tree.BlockSize()),
+	checkChange(t, h, c, before, -8*int64(h.tree.BlockSize()),
 		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockRemoved, topology.ChangeMemTotal)
 	if want := fmt.Sprintf("%d-%d", firstSeq, firstSeq+15); c.Events != 16 || c.Seqnums.String() != want {
 		t.Errorf("events %d seqnums %q, want 16 and %s", c.Events, c.Seqnums.String(), want)
@@ -331,15 +344,16 @@ func TestSysfsOfflineBlocksRemovedLater(t *testing.T) {
 		h.memoryEvent(uevent.ActionOffline, id)
 	}
 	offline := h.next()
-	checkChange(t, offline, before, -4*int64(h.tree.BlockSize()),
+	checkChange(t, h, offline, before, -4*int64(h.tree.BlockSize()),
 		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOffline, topology.ChangeMemTotal)
+	afterOffline := h.capacity()
 
 	h.tree.RemoveBlocks(60, 4)
 	for id := 60; id < 64; id++ {
 		h.memoryEvent(uevent.ActionRemove, id)
 	}
 	c := h.next()
-	checkChange(t, c, offline.Capacity, 0, topology.ChangeMemoryBlockRemoved)
+	checkChange(t, h, c, afterOffline, 0, topology.ChangeMemoryBlockRemoved)
 	if d := c.Changes[0].Detail; d != "memory blocks 60-63 removed" {
 		t.Errorf("detail %q, want \"memory blocks 60-63 removed\"", d)
 	}

@@ -72,7 +72,7 @@ func BenchmarkRebuild1024(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if c := s.Capacity(); c.CPU != 1008 {
+		if c := capacityOf(s); c.CPU != 1008 {
 			b.Fatalf("cpu %d", c.CPU)
 		}
 	}
@@ -96,7 +96,7 @@ func BenchmarkRebuildCPUs1024(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if c := s.Capacity(); c.CPU != 1008 {
+		if c := capacityOf(s); c.CPU != 1008 {
 			b.Fatalf("cpu %d", c.CPU)
 		}
 	}

@@ -279,7 +279,7 @@ func cadvisorView(nodes []info.Node, numCores int, pools []info.HugePagesInfo, w
 
 // ourView turns a snapshot and its capacity into a machineView.
 func ourView(s *Snapshot) machineView {
-	c := s.Capacity()
+	c := capacityOf(s)
 	v := machineView{NumCores: int(c.CPU), Memory: c.Memory, Swap: s.SwapTotal, SwapKnown: true, Hugepages: c.Hugepages}
 	for i, n := range s.Nodes {
 		nc := c.Nodes[i]

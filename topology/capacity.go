@@ -1,107 +1,78 @@
 package topology
 
 import (
-	"strconv"
+	"github.com/node-resized/node-resized/resources"
 )
 
-// Capacity is the node's physical capacity exactly as the kubelet computes
-// it from cAdvisor's MachineInfo (CapacityFromMachineInfo and
-// EphemeralStorageCapacityFromFsInfo in pkg/kubelet/cadvisor).
-type Capacity struct {
-	// CPU is cAdvisor's MachineInfo.NumCores, the kubelet's cpu capacity:
-	// the online CPUs found under the node directories (see Node.CPUs) or,
-	// on a machine without node directories, the number of cpuN
-	// directories, online or not (CPUs.Devices).
-	CPU int64 `json:"cpu"`
-	// Memory is /proc/meminfo MemTotal in bytes. Hugepages are part of it.
-	Memory uint64 `json:"memory"`
-	// Hugepages maps the kubelet's resource name ("hugepages-2Mi",
-	// "hugepages-1Gi") to nr_hugepages × page size, in bytes, for every
-	// node-wide pool, including empty ones (the kubelet reports those
-	// as 0).
-	Hugepages map[string]uint64 `json:"hugepages,omitempty"`
-	// EphemeralStorage is the size of the filesystem that holds the
-	// kubelet root dir, in bytes; 0 when not measured.
-	EphemeralStorage uint64 `json:"ephemeralStorage,omitempty"`
-	// Nodes is the per-NUMA-node split, as cAdvisor's MachineInfo.Topology
-	// gives it to the kubelet's memory and topology managers; nil without
-	// node directories.
-	Nodes []NodeCapacity `json:"nodes,omitempty"`
-}
-
-// NodeCapacity is one NUMA node's share of the capacity.
-type NodeCapacity struct {
-	ID        int               `json:"id"`
-	CPU       int64             `json:"cpu"`    // online CPUs of the node
-	Memory    uint64            `json:"memory"` // nodeN/meminfo MemTotal, bytes
-	Hugepages map[string]uint64 `json:"hugepages"`
-}
-
-// Capacity computes the physical capacity from the snapshot. It reads
-// nothing; a nil snapshot has zero capacity.
-func (s *Snapshot) Capacity() Capacity {
+// Capacity computes the node's physical capacity from the snapshot exactly
+// as the kubelet computes it from cAdvisor's MachineInfo
+// (CapacityFromMachineInfo and EphemeralStorageCapacityFromFsInfo in
+// pkg/kubelet/cadvisor), in the one resource vocabulary:
+//
+//   - cpu is cAdvisor's MachineInfo.NumCores, in millicores: the online
+//     CPUs found under the node directories (see Node.CPUs) or, on a
+//     machine without node directories, the number of cpuN directories,
+//     online or not (CPUs.Devices);
+//   - memory is /proc/meminfo MemTotal in bytes (huge pages are part of it);
+//   - hugepages-<size> is nr_hugepages × page size for every node-wide
+//     pool, empty ones included (the kubelet reports those as 0);
+//   - ephemeral-storage is the size of the filesystem that holds the
+//     kubelet root dir, absent when not measured;
+//   - pid is the kernel's pid_max, absent when not read (the kubelet's
+//     capacity for the kubepods pids.max limit; never published).
+//
+// It reads nothing; a nil snapshot has no capacity.
+func (s *Snapshot) Capacity() resources.List {
 	if s == nil {
-		return Capacity{}
+		return nil
 	}
-	c := Capacity{
-		Memory:           s.MemTotal,
-		Hugepages:        hugepageCapacity(s.Hugepages),
-		EphemeralStorage: s.EphemeralStorage,
+	c := resources.List{resources.Memory: int64(s.MemTotal)}
+	addHugepages(c, s.Hugepages)
+	if s.EphemeralStorage > 0 {
+		c[resources.EphemeralStorage] = int64(s.EphemeralStorage)
 	}
-	if len(s.Nodes) == 0 {
-		// cAdvisor's getCPUTopology: len(glob("cpu*[0-9]")).
-		c.CPU = int64(len(s.CPUs.Devices))
-		return c
+	if s.PIDMax > 0 {
+		c[resources.PID] = s.PIDMax
 	}
-	c.Nodes = make([]NodeCapacity, len(s.Nodes))
-	for i, n := range s.Nodes {
-		c.CPU += int64(len(n.CPUs))
-		c.Nodes[i] = NodeCapacity{
-			ID:        n.ID,
-			CPU:       int64(len(n.CPUs)),
-			Memory:    n.MemTotal,
-			Hugepages: hugepageCapacity(n.Hugepages),
+	cpus := int64(len(s.CPUs.Devices)) // cAdvisor's getCPUTopology: len(glob("cpu*[0-9]")).
+	if len(s.Nodes) > 0 {
+		cpus = 0
+		for _, n := range s.Nodes {
+			cpus += int64(len(n.CPUs))
 		}
 	}
+	c[resources.CPU] = cpus * 1000
 	return c
 }
 
-// hugepageCapacity maps pools to the kubelet's resources; nil for none.
-func hugepageCapacity(pools []Hugepages) map[string]uint64 {
-	if len(pools) == 0 {
+// NodeCapacity is one NUMA node's share of the capacity, as cAdvisor's
+// MachineInfo.Topology gives it to the kubelet's memory and topology
+// managers.
+type NodeCapacity struct {
+	ID int `json:"id"`
+	// Capacity holds the node's online CPUs (cpu, millicores), its
+	// nodeN/meminfo MemTotal (memory) and its huge page pools.
+	Capacity resources.List `json:"capacity"`
+}
+
+// NodeCapacities is the per-NUMA-node split of Capacity; nil without node
+// directories.
+func (s *Snapshot) NodeCapacities() []NodeCapacity {
+	if s == nil || len(s.Nodes) == 0 {
 		return nil
 	}
-	m := make(map[string]uint64, len(pools))
+	out := make([]NodeCapacity, len(s.Nodes))
+	for i, n := range s.Nodes {
+		c := resources.List{resources.CPU: int64(len(n.CPUs)) * 1000, resources.Memory: int64(n.MemTotal)}
+		addHugepages(c, n.Hugepages)
+		out[i] = NodeCapacity{ID: n.ID, Capacity: c}
+	}
+	return out
+}
+
+// addHugepages adds the pools' sizes to c under the kubelet's names.
+func addHugepages(c resources.List, pools []Hugepages) {
 	for _, p := range pools {
-		m[hugepageResourceName(p.PageSize)] = p.PageSize * p.Count
+		c[resources.HugePagesName(int64(p.PageSize))] = int64(p.PageSize * p.Count)
 	}
-	return m
-}
-
-// hugepageResourceName is the kubelet's name for a hugepage size:
-// v1helper.HugePageResourceName(*resource.NewQuantity(size, BinarySI)),
-// i.e. "hugepages-" and the quantity in canonical binary SI form: 2 MiB is
-// "2Mi", 1 GiB "1Gi", 64 KiB "64Ki", 32 MiB "32Mi".
-func hugepageResourceName(size uint64) string {
-	return "hugepages-" + binarySI(size)
-}
-
-// binarySI formats an integer byte count as resource.Quantity does for
-// BinarySI: the largest power-of-1024 suffix that keeps the number whole;
-// below 1024 the quantity falls back to decimal SI, where only 1000 has a
-// suffix ("1k").
-func binarySI(v uint64) string {
-	if v < 1024 {
-		if v == 1000 {
-			return "1k"
-		}
-		return strconv.FormatUint(v, 10)
-	}
-	suffixes := [...]string{"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
-	exp := 0
-	for v%1024 == 0 && exp < len(suffixes)-1 {
-		v /= 1024
-		exp++
-	}
-	return strconv.FormatUint(v, 10) + suffixes[exp]
 }

@@ -1,32 +1,69 @@
 package topology
 
 import (
+	"fmt"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/node-resized/node-resized/resources"
 )
-
-// The resource names must be the kubelet's: "hugepages-" and the page
-// size as a BinarySI quantity.
-func TestHugepageResourceName(t *testing.T) {
-	for _, kb := range []uint64{1, 4, 64, 512, 1000, 1536, 2048, 8192, 16384, 32768, 524288, 1048576, 2097152, 16777216, 3 << 20} {
-		size := kb * 1024
-		want := v1.ResourceHugePagesPrefix + resource.NewQuantity(int64(size), resource.BinarySI).String()
-		if got := hugepageResourceName(size); got != want {
-			t.Errorf("hugepageResourceName(%d) = %q, kubelet %q", size, got, want)
-		}
-	}
-	for _, v := range []uint64{0, 1, 512, 999, 1000, 1001, 1023} {
-		if got, want := binarySI(v), resource.NewQuantity(int64(v), resource.BinarySI).String(); got != want {
-			t.Errorf("binarySI(%d) = %q, resource.Quantity %q", v, got, want)
-		}
-	}
-}
 
 func TestCapacityNil(t *testing.T) {
 	var s *Snapshot
-	if c := s.Capacity(); c.CPU != 0 || c.Memory != 0 || c.Nodes != nil {
+	if c := s.Capacity(); c != nil || s.NodeCapacities() != nil {
 		t.Errorf("nil snapshot capacity %+v", c)
 	}
+}
+
+// testCapacity is Capacity and NodeCapacities in plain fields, for tables.
+type testCapacity struct {
+	CPU              int64
+	Memory           uint64
+	Hugepages        map[string]uint64
+	EphemeralStorage uint64
+	Nodes            []testNodeCapacity
+}
+
+type testNodeCapacity struct {
+	ID        int
+	CPU       int64
+	Memory    uint64
+	Hugepages map[string]uint64
+}
+
+// capacityOf reads s.Capacity and s.NodeCapacities into a testCapacity,
+// failing on anything the one vocabulary would not hold: a fractional CPU
+// or an unexpected resource name.
+func capacityOf(s *Snapshot) testCapacity {
+	split := func(l resources.List) (cpu int64, mem uint64, huge map[string]uint64, eph uint64) {
+		for name, v := range l {
+			switch {
+			case name == resources.CPU:
+				if v%1000 != 0 {
+					panic(fmt.Sprintf("fractional cpu %d", v))
+				}
+				cpu = v / 1000
+			case name == resources.Memory:
+				mem = uint64(v)
+			case name == resources.EphemeralStorage:
+				eph = uint64(v)
+			case name == resources.PID:
+			case resources.IsHugePages(name):
+				if huge == nil {
+					huge = map[string]uint64{}
+				}
+				huge[name] = uint64(v)
+			default:
+				panic("unexpected resource " + name)
+			}
+		}
+		return
+	}
+	var c testCapacity
+	c.CPU, c.Memory, c.Hugepages, c.EphemeralStorage = split(s.Capacity())
+	for _, n := range s.NodeCapacities() {
+		nc := testNodeCapacity{ID: n.ID}
+		nc.CPU, nc.Memory, nc.Hugepages, _ = split(n.Capacity)
+		c.Nodes = append(c.Nodes, nc)
+	}
+	return c
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/node-resized/node-resized/resources"
 )
 
 // Change kinds, in the order Diff reports them.
@@ -159,16 +161,16 @@ func (c *Changes) pools(kind, prefix string, old, new []Hugepages) {
 	for i < len(old) || j < len(new) {
 		switch {
 		case j == len(new) || (i < len(old) && old[i].PageSize < new[j].PageSize):
-			c.add(kind, prefix+hugepageResourceName(old[i].PageSize)+" pool removed ("+
+			c.add(kind, prefix+resources.HugePagesName(int64(old[i].PageSize))+" pool removed ("+
 				strconv.FormatUint(old[i].Count, 10)+" pages)")
 			i++
 		case i == len(old) || new[j].PageSize < old[i].PageSize:
-			c.add(kind, prefix+hugepageResourceName(new[j].PageSize)+" pool added ("+
+			c.add(kind, prefix+resources.HugePagesName(int64(new[j].PageSize))+" pool added ("+
 				strconv.FormatUint(new[j].Count, 10)+" pages)")
 			j++
 		default:
 			if old[i].Count != new[j].Count {
-				c.add(kind, prefix+hugepageResourceName(new[j].PageSize)+" "+
+				c.add(kind, prefix+resources.HugePagesName(int64(new[j].PageSize))+" "+
 					strconv.FormatUint(old[i].Count, 10)+" -> "+strconv.FormatUint(new[j].Count, 10)+" pages")
 			}
 			i++

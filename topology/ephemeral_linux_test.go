@@ -20,8 +20,8 @@ func TestEphemeralStorage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.EphemeralStorage != want || s.Capacity().EphemeralStorage != want {
-			t.Errorf("%s: ephemeral storage %d, capacity %d; want %d", root, s.EphemeralStorage, s.Capacity().EphemeralStorage, want)
+		if s.EphemeralStorage != want || capacityOf(s).EphemeralStorage != want {
+			t.Errorf("%s: ephemeral storage %d, capacity %d; want %d", root, s.EphemeralStorage, capacityOf(s).EphemeralStorage, want)
 		}
 	}
 	s, err := base.WithKubeletRootDir("").Snapshot()

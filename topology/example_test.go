@@ -22,10 +22,9 @@ func Example() {
 	c := snap.Capacity()
 	fmt.Printf("online cpus %s, %d NUMA nodes, %d memory blocks\n",
 		snap.CPUs.Online, len(snap.Nodes), len(snap.MemoryBlocks))
-	fmt.Printf("capacity: cpu %d, memory %d bytes, hugepages %v, ephemeral-storage %d bytes\n",
-		c.CPU, c.Memory, c.Hugepages, c.EphemeralStorage)
-	for _, n := range c.Nodes {
-		fmt.Printf("node%d: cpu %d, memory %d bytes\n", n.ID, n.CPU, n.Memory)
+	fmt.Printf("capacity: %s\n", c) // cpu=8, ephemeral-storage=..., memory=...Ki, hugepages-2Mi=...
+	for _, n := range snap.NodeCapacities() {
+		fmt.Printf("node%d: %s\n", n.ID, n.Capacity)
 	}
 }
 

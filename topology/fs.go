@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	iofs "io/fs"
@@ -107,4 +108,23 @@ func (fs FS) ephemeralStorage() (uint64, error) {
 		}
 		dir = parent
 	}
+}
+
+// pidMax reads procfs sys/kernel/pid_max, as the kubelet does for its pid
+// capacity; 0 when the file is absent (a synthetic tree without it).
+func (fs FS) pidMax(r *reader) (int64, error) {
+	p := filepath.Join(fs.proc, "sys/kernel/pid_max")
+	b, err := r.read(r.at(p, -1, ""))
+	if isNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	b = bytes.TrimSpace(b)
+	v, ok := parseUint(b, 10)
+	if !ok || v == 0 || v > 1<<31 {
+		return 0, fmt.Errorf("parse %s: %q is not a pid_max", p, b)
+	}
+	return int64(v), nil
 }

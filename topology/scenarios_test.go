@@ -7,7 +7,7 @@ import "github.com/node-resized/node-resized/topology/topologytest"
 type scenario struct {
 	name string
 	fix  topologytest.Machine
-	want Capacity
+	want testCapacity
 }
 
 func scenarios() []scenario {
@@ -32,11 +32,11 @@ func scenarios() []scenario {
 				MemKB: 8100000,
 				Pools: []topologytest.Pool{{KB: 2048, Nr: 0}},
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:       6, // 0,1,2 and 4,5,7
 				Memory:    8100000 * 1024,
 				Hugepages: map[string]uint64{"hugepages-2Mi": 0},
-				Nodes: []NodeCapacity{
+				Nodes: []testNodeCapacity{
 					{ID: 0, CPU: 3, Memory: 4000000 * 1024, Hugepages: map[string]uint64{"hugepages-2Mi": 0}},
 					{ID: 1, CPU: 3, Memory: 4100000 * 1024, Hugepages: map[string]uint64{"hugepages-2Mi": 0}},
 				},
@@ -60,10 +60,10 @@ func scenarios() []scenario {
 				),
 				MemKB: 10 * miB,
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:    4,
 				Memory: 10 * giB,
-				Nodes: []NodeCapacity{
+				Nodes: []testNodeCapacity{
 					{ID: 0, CPU: 2, Memory: 2 * giB},
 					{ID: 1, CPU: 2, Memory: 0},
 					{ID: 2, CPU: 0, Memory: 8 * giB},
@@ -87,14 +87,14 @@ func scenarios() []scenario {
 				MemKB: 16700000,
 				Pools: []topologytest.Pool{{KB: 2048, Nr: 768}, {KB: 1048576, Nr: 2}},
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:    8,
 				Memory: 16700000 * 1024,
 				Hugepages: map[string]uint64{
 					"hugepages-2Mi": 768 * 2 * miB, // 1610612736
 					"hugepages-1Gi": 2 * giB,
 				},
-				Nodes: []NodeCapacity{
+				Nodes: []testNodeCapacity{
 					{ID: 0, CPU: 4, Memory: 8 * giB, Hugepages: map[string]uint64{"hugepages-2Mi": 1 * giB, "hugepages-1Gi": 2 * giB}},
 					{ID: 1, CPU: 4, Memory: 8 * giB, Hugepages: map[string]uint64{"hugepages-2Mi": 512 * miB, "hugepages-1Gi": 0}},
 				},
@@ -113,7 +113,7 @@ func scenarios() []scenario {
 				MemKB:     4000000,
 				Pools:     []topologytest.Pool{{KB: 2048, Nr: 16}},
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:       4,
 				Memory:    4000000 * 1024,
 				Hugepages: map[string]uint64{"hugepages-2Mi": 32 * miB},
@@ -130,11 +130,11 @@ func scenarios() []scenario {
 				SwapKB: 2 * miB,
 				Pools:  []topologytest.Pool{{KB: 2048, Nr: 0}, {KB: 1048576, Nr: 0}},
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:       2,
 				Memory:    3000000 * 1024,
 				Hugepages: map[string]uint64{"hugepages-2Mi": 0, "hugepages-1Gi": 0},
-				Nodes:     []NodeCapacity{{ID: 0, CPU: 2, Memory: 0}},
+				Nodes:     []testNodeCapacity{{ID: 0, CPU: 2, Memory: 0}},
 			},
 		},
 		{
@@ -150,10 +150,10 @@ func scenarios() []scenario {
 				Nodes: []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 3), MemKB: 1 * miB, Distances: []int{10}}},
 				MemKB: 1 * miB,
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:    3,
 				Memory: 1 * giB,
-				Nodes:  []NodeCapacity{{ID: 0, CPU: 3, Memory: 1 * giB}},
+				Nodes:  []testNodeCapacity{{ID: 0, CPU: 3, Memory: 1 * giB}},
 			},
 		},
 		{
@@ -170,7 +170,7 @@ func scenarios() []scenario {
 				MemKB:     4 * miB,
 				Pools:     []topologytest.Pool{{KB: 64, Nr: 10}, {KB: 2048, Nr: 5}, {KB: 32768, Nr: 1}, {KB: 1048576, Nr: 1}},
 			},
-			want: Capacity{
+			want: testCapacity{
 				CPU:    4,
 				Memory: 4 * giB,
 				Hugepages: map[string]uint64{
@@ -179,7 +179,7 @@ func scenarios() []scenario {
 					"hugepages-32Mi": 32 * miB,
 					"hugepages-1Gi":  1 * giB,
 				},
-				Nodes: []NodeCapacity{{ID: 0, CPU: 4, Memory: 4 * giB, Hugepages: map[string]uint64{
+				Nodes: []testNodeCapacity{{ID: 0, CPU: 4, Memory: 4 * giB, Hugepages: map[string]uint64{
 					"hugepages-64Ki": 640 * kiB,
 					"hugepages-2Mi":  10 * miB,
 					"hugepages-32Mi": 32 * miB,

@@ -27,6 +27,13 @@ type Snapshot struct {
 	// EphemeralStorage is the size of the filesystem holding the kubelet
 	// root dir (see FS.WithKubeletRootDir); 0 when not measured.
 	EphemeralStorage uint64 `json:"ephemeralStorageBytes,omitempty"`
+	// EphemeralStorageError says why the kubelet root dir's filesystem
+	// could not be measured; EphemeralStorage is then 0 (unknown), and
+	// the rest of the model stands.
+	EphemeralStorageError string `json:"ephemeralStorageError,omitempty"`
+	// PIDMax is /proc/sys/kernel/pid_max, the kubelet's pid capacity; 0
+	// when the file is absent.
+	PIDMax int64 `json:"pidMax,omitempty"`
 }
 
 // Snapshot rebuilds the whole model from the filesystem.
@@ -86,8 +93,13 @@ func (fs FS) snapshot(prev *Snapshot) (*Snapshot, error) {
 	if s.Hugepages, err = r.readHugepages(cwd, fs.hugeDir, -1, ""); err != nil {
 		return nil, err
 	}
-	if s.EphemeralStorage, err = fs.ephemeralStorage(); err != nil {
+	if s.PIDMax, err = fs.pidMax(r); err != nil {
 		return nil, err
+	}
+	if s.EphemeralStorage, err = fs.ephemeralStorage(); err != nil {
+		// A disk that cannot be measured is unknown, not gone: the
+		// consumers keep their last good value.
+		s.EphemeralStorage, s.EphemeralStorageError = 0, err.Error()
 	}
 	return s, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
@@ -38,7 +39,7 @@ func TestCapacityScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := s.Capacity()
+			got := capacityOf(s)
 			if !reflect.DeepEqual(got, sc.want) {
 				t.Errorf("capacity\n got %+v\nwant %+v", got, sc.want)
 			}
@@ -319,11 +320,14 @@ func TestSnapshotJSON(t *testing.T) {
 	if !reflect.DeepEqual(&back, s) {
 		t.Errorf("JSON round trip differs\n got %+v\nwant %+v", back, *s)
 	}
-	cb, err := json.Marshal(s.Capacity())
+	cb, err := json.Marshal(struct {
+		Capacity resources.List `json:"capacity"`
+		Nodes    []NodeCapacity `json:"nodes"`
+	}{s.Capacity(), s.NodeCapacities()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"cpu":8,"memory":17100800000,"hugepages":{"hugepages-1Gi":2147483648,"hugepages-2Mi":1610612736},"nodes":[{"id":0,"cpu":4,"memory":8589934592,"hugepages":{"hugepages-1Gi":2147483648,"hugepages-2Mi":1073741824}},{"id":1,"cpu":4,"memory":8589934592,"hugepages":{"hugepages-1Gi":0,"hugepages-2Mi":536870912}}]}`; string(cb) != want {
+	if want := `{"capacity":{"cpu":"8","hugepages-1Gi":"2Gi","hugepages-2Mi":"1536Mi","memory":"16700000Ki"},"nodes":[{"id":0,"capacity":{"cpu":"4","hugepages-1Gi":"2Gi","hugepages-2Mi":"1Gi","memory":"8Gi"}},{"id":1,"capacity":{"cpu":"4","hugepages-1Gi":"0","hugepages-2Mi":"512Mi","memory":"8Gi"}}]}`; string(cb) != want {
 		t.Errorf("capacity JSON\n got %s\nwant %s", cb, want)
 	}
 }
@@ -349,7 +353,7 @@ func TestRealMachine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := s.Capacity()
+		c := capacityOf(s)
 		if len(s.Nodes) > 0 && c.CPU != int64(online.Len()) {
 			d = append(d, fmt.Sprintf("Capacity().CPU = %d, cpu/online %q has %d", c.CPU, online, online.Len()))
 		}
@@ -446,8 +450,8 @@ func TestSnapshotCPUsReusesOnlyMemoryBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.CPUs.Online.String() != "0-2" || got.Capacity().CPU != 3 {
-		t.Errorf("SnapshotCPUs: online %s cpu %d, want 0-2 and 3", got.CPUs.Online, got.Capacity().CPU)
+	if got.CPUs.Online.String() != "0-2" || capacityOf(got).CPU != 3 {
+		t.Errorf("SnapshotCPUs: online %s cpu %d, want 0-2 and 3", got.CPUs.Online, capacityOf(got).CPU)
 	}
 	if got.MemoryBlocks[7].State != BlockOnline {
 		t.Errorf("SnapshotCPUs re-read memory block 7: %s", got.MemoryBlocks[7].State)

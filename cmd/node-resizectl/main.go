@@ -19,6 +19,7 @@ import (
 
 	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -234,7 +235,7 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NUMA NODE\tCPUS\tMEMORY\tHUGEPAGES")
 		for _, n := range st.NUMANodes {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, set(n.CPUs), bytes(n.Memory), hugepages(n.Hugepages))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, set(n.CPUs), bytes(n.Memory), hugepages(n.Capacity))
 		}
 		return tw.Flush()
 	}
@@ -338,7 +339,7 @@ func eventRow(w io.Writer, c monitor.Change) {
 		changes = "initial model"
 	}
 	fmt.Fprintf(w, eventsHeader, fmt.Sprintf("#%d", c.ID), c.Time.Local().Format("2006-01-02 15:04:05.000"),
-		strings.Join(trig, ","), fmt.Sprint(c.Events), lat, fmt.Sprint(c.Capacity.CPU), bytes(c.Capacity.Memory), changes)
+		strings.Join(trig, ","), fmt.Sprint(c.Events), lat, resources.Format(resources.CPU, c.Capacity[resources.CPU]), bytes(uint64(c.Capacity[resources.Memory])), changes)
 }
 
 func events(ctx context.Context, c *api.Client, g *globals, follow bool, w io.Writer) error {
@@ -415,7 +416,7 @@ func describe(c monitor.Change) string {
 	for i, t := range c.Triggers {
 		trig[i] = string(t)
 	}
-	fmt.Fprintf(&b, " (cpu %d, memory %s; by %s", c.Capacity.CPU, bytes(c.Capacity.Memory), strings.Join(trig, ","))
+	fmt.Fprintf(&b, " (cpu %s, memory %s; by %s", resources.Format(resources.CPU, c.Capacity[resources.CPU]), bytes(uint64(c.Capacity[resources.Memory])), strings.Join(trig, ","))
 	if c.Events > 0 {
 		fmt.Fprintf(&b, ", %d uevents, seqnums %s", c.Events, c.Seqnums.String())
 	}
@@ -426,32 +427,11 @@ func describe(c monitor.Change) string {
 	return b.String()
 }
 
-func resourceList(rl api.ResourceList) string {
-	names := make([]string, 0, len(rl))
-	for n := range rl {
-		names = append(names, n)
+func resourceList(l resources.List) string {
+	if len(l) == 0 {
+		return "-"
 	}
-	sort.Slice(names, func(i, j int) bool {
-		order := func(s string) int {
-			switch s {
-			case "cpu":
-				return 0
-			case "memory":
-				return 1
-			}
-			return 2
-		}
-		if order(names[i]) != order(names[j]) {
-			return order(names[i]) < order(names[j])
-		}
-		return names[i] < names[j]
-	})
-	parts := make([]string, len(names))
-	for i, n := range names {
-		q := rl[n]
-		parts[i] = n + "=" + q.String()
-	}
-	return strings.Join(parts, " ")
+	return l.String()
 }
 
 func stringMap(m map[string]string) string {
@@ -512,20 +492,15 @@ func pools(hs []topology.Hugepages) string {
 	return strings.Join(parts, ", ")
 }
 
-func hugepages(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "-"
+// hugepages renders the huge page pools of a capacity.
+func hugepages(c resources.List) string {
+	pools := resources.List{}
+	for name, v := range c {
+		if resources.IsHugePages(name) {
+			pools[name] = v
+		}
 	}
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + bytes(m[n])
-	}
-	return strings.Join(parts, " ")
+	return resourceList(pools)
 }
 
 func bytes(b uint64) string { return api.FormatBytes(b) }

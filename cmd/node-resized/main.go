@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/node-resized/node-resized/resources"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/node-resized/node-resized/agent"
@@ -354,25 +356,23 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	} else {
 		agt.OnNode(kube.NodeView{}) // standalone: no configured capacity
 	}
-	onChg := agt.OnChange
+	var subs []monitor.Subscriber
 	var onliner *autoonline.Onliner
 	if o.autoOnline {
 		onliner = autoonline.New(o.sysfsRoot, log, m)
-		onChg = func(c monitor.Change, snap *topology.Snapshot) {
-			onliner.OnChange(c, snap)
-			agt.OnChange(c, snap)
-		}
+		subs = append(subs, onliner)
 	}
+	subs = append(subs, agt)
 
 	mon = monitor.New(fsys, src, monitor.Config{
-		Quiet:    o.quiet,
-		MaxWait:  o.maxWait,
-		MemPoll:  disabledIfZero(o.memPoll),
-		Resync:   disabledIfZero(o.resync),
-		History:  o.history,
-		OnChange: onChg,
-		Logger:   log,
-		Metrics:  m,
+		Quiet:       o.quiet,
+		MaxWait:     o.maxWait,
+		MemPoll:     disabledIfZero(o.memPoll),
+		Resync:      disabledIfZero(o.resync),
+		History:     o.history,
+		Subscribers: subs,
+		Logger:      log,
+		Metrics:     m,
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -470,8 +470,8 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	log.Info("node-resized ready",
 		"version", version, "mode", info.Mode, "node", o.nodeName, "socket", o.socket, "metrics_address", o.metricsAddress,
 		"sysfs_root", o.sysfsRoot, "procfs_root", o.procfsRoot, "uevents", o.uevents,
-		"cpu", capac.CPU, "memory_bytes", capac.Memory, "cpus_online", snap.CPUs.Online.String())
-	if err := systemd.Ready(fmt.Sprintf("watching %d CPUs, %s memory", capac.CPU, api.FormatBytes(capac.Memory))); err != nil {
+		"capacity", capac.String(), "cpus_online", snap.CPUs.Online.String())
+	if err := systemd.Ready(fmt.Sprintf("watching %s CPUs, %s memory", resources.Format(resources.CPU, capac[resources.CPU]), api.FormatBytes(uint64(capac[resources.Memory])))); err != nil {
 		log.Warn("tell systemd we are ready", "err", err)
 	}
 
@@ -546,8 +546,8 @@ func kubernetesStatus(node string, a *agent.Agent, r *kube.Relay) *api.Kubernete
 		NodeName:         node,
 		Configured:       st.Configured.Raw,
 		ConfiguredSource: st.ConfiguredSource,
-		Target:           resourceList(st.Target),
-		Allocatable:      resourceList(st.Allocatable),
+		Target:           st.Target,
+		Allocatable:      st.Allocatable,
 		Condition: api.Condition{
 			Status:             string(st.Condition.Status),
 			Reason:             string(st.Condition.Reason),
@@ -562,17 +562,6 @@ func kubernetesStatus(node string, a *agent.Agent, r *kube.Relay) *api.Kubernete
 	}
 	if st.Configured.Invalid != "" {
 		out.Configured = map[string]string{"invalid": st.Configured.Invalid}
-	}
-	return out
-}
-
-func resourceList(r decide.Resources) api.ResourceList {
-	if r == nil {
-		return nil
-	}
-	out := api.ResourceList{}
-	for k, v := range kube.ResourceList(r) {
-		out[k] = resource.MustParse(v)
 	}
 	return out
 }

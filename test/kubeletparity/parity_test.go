@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/node-resized/node-resized/resources"
+
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -119,22 +121,18 @@ func ours(cfg *kubeletconfig.Config, m machine) result {
 }
 
 func oursWith(res decide.Reservations, localStorage bool, m machine) result {
-	p := decide.Physical{
-		CPUs:        int64(m.cpus),
-		MemoryBytes: int64(m.memTotalKi) * 1024,
-		HugePages:   decide.Resources{},
-		PIDMax:      m.pidMax,
+	capacity := resources.List{
+		resources.CPU:    int64(m.cpus) * 1000,
+		resources.Memory: int64(m.memTotalKi) * 1024,
 	}
 	for size, n := range m.hugePages {
-		// Named as sysfs names the pools; Capacity canonicalises.
-		p.HugePages[fmt.Sprintf("hugepages-%dKi", size)] = int64(size*1024) * int64(n)
+		capacity[resources.HugePagesName(int64(size)*1024)] = int64(size*1024) * int64(n)
 	}
 	if localStorage {
-		p.EphemeralStorageBytes = int64(m.rootfs)
+		capacity[resources.EphemeralStorage] = int64(m.rootfs)
 	}
-	capacity := p.Capacity()
 	withPID := capacity.Clone()
-	withPID[decide.ResourcePID] = m.pidMax
+	withPID[resources.PID] = m.pidMax
 	l := decide.KubepodsLimits(withPID, res)
 	return result{
 		Capacity:    capacity,
@@ -258,7 +256,7 @@ func table(o, k result) string {
 	}
 	for _, name := range unionKeys(o.Capacity, k.Capacity) {
 		unit := ""
-		if name == decide.ResourceCPU {
+		if name == resources.CPU {
 			unit = "m"
 		}
 		fmt.Fprintf(&b, format, "allocatable "+name, fmt.Sprint(k.Capacity[name])+unit,

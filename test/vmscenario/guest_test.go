@@ -198,13 +198,11 @@ func (g guest) status(t testing.TB) *status {
 }
 
 func (st *status) cpu() int64 {
-	q := st.Physical["cpu"]
-	return q.Value()
+	return st.Physical["cpu"] / 1000
 }
 
 func (st *status) memory() int64 {
-	q := st.Physical["memory"]
-	return q.Value()
+	return st.Physical["memory"]
 }
 
 // waitStatus polls the daemon's status until cond holds.

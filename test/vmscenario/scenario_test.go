@@ -706,7 +706,7 @@ func logChanges(t *testing.T, changes []monitor.Change) {
 	}
 	for _, c := range changes {
 		t.Logf("model change #%d: %d uevent(s), detection latency %v, triggers %v, capacity cpu=%d memory=%s",
-			c.ID, c.Events, c.Latency().Round(time.Microsecond), triggers(c), c.Capacity.CPU, mib(int64(c.Capacity.Memory)))
+			c.ID, c.Events, c.Latency().Round(time.Microsecond), triggers(c), c.Capacity["cpu"]/1000, mib(c.Capacity["memory"]))
 	}
 }
 
