@@ -84,3 +84,27 @@ func TestFreeCPUSlot(t *testing.T) {
 		t.Error("an occupied slot was offered")
 	}
 }
+
+func TestSharesAndUserNet(t *testing.T) {
+	c := Config{Kernel: "k", Initramfs: "i", UserNet: true, Shares: []Share{
+		{Tag: "root", Path: "/", ReadOnly: true},
+		{Tag: "out", Path: "/tmp/out"},
+	}}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(qemuArgs(c, "c", "q", "a"), " ")
+	for _, want := range []string{
+		"-fsdev local,id=fs0,path=/,security_model=none,multidevs=remap,readonly=on -device virtio-9p-pci,fsdev=fs0,mount_tag=root",
+		"-fsdev local,id=fs1,path=/tmp/out,security_model=none,multidevs=remap -device virtio-9p-pci,fsdev=fs1,mount_tag=out",
+		"-netdev user,id=net0 -device virtio-net-pci,netdev=net0",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args lack %q:\n%s", want, args)
+		}
+	}
+	bad := Config{Kernel: "k", Initramfs: "i", Shares: []Share{{Tag: "x", Path: "/a,b"}}}
+	if err := bad.setDefaults(); err == nil {
+		t.Error("a share path with a comma was accepted")
+	}
+}

@@ -46,7 +46,25 @@ type InitramfsConfig struct {
 	// mounts and module loads and before the agent starts. Its output goes
 	// to the serial console; its exit status to GuestSetupStatus.
 	Setup string
+	// Init, when not empty, replaces the harness's /init (and with it the
+	// mounts, Setup and busybox init): a shell script run by busybox as
+	// PID 1, e.g. one that mounts another root and switch_roots to its
+	// init. The archive still holds everything else: the modules and their
+	// order in GuestModuleDir/load-order, the agent at GuestAgent (a POSIX
+	// sh script; the new init must keep one copy running, with busybox's
+	// usleep and a base64 on its PATH, for Boot and Exec to work) and
+	// Setup at /etc/vm/setup.
+	Init string
 }
+
+// Paths in the initramfs for a custom InitramfsConfig.Init.
+const (
+	// GuestModuleDir holds the modules as NAME.ko and the file load-order,
+	// one name a line, dependencies first.
+	GuestModuleDir = "/lib/modules/vm"
+	// GuestAgent is the command agent's script.
+	GuestAgent = "/etc/vm/agent"
+)
 
 // File is one extra file of the initramfs: the contents of Source on the
 // host, or Data when Source is empty.
@@ -121,7 +139,11 @@ func BuildInitramfs(cfg InitramfsConfig) (string, error) {
 	add("lib/modules/vm/load-order", 0o644, []byte(order.String()))
 
 	// The harness's own files.
-	add("init", 0o755, []byte(initScript))
+	if cfg.Init != "" {
+		add("init", 0o755, []byte(cfg.Init))
+	} else {
+		add("init", 0o755, []byte(initScript))
+	}
 	add("etc/inittab", 0o644, []byte(inittab))
 	add("etc/vm/agent", 0o755, []byte(agentScript))
 	add("etc/vm/uevent-hook", 0o755, []byte(ueventHook))

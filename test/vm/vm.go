@@ -63,9 +63,40 @@ type Config struct {
 	NUMA []NUMANode
 	// Append is added to the kernel command line.
 	Append string
+	// Shares are host folders exported to the guest over virtio-9p; the
+	// guest mounts one with "mount -t 9p -o trans=virtio,version=9p2000.L
+	// TAG DIR" once the 9p modules (ShareModules) are loaded.
+	Shares []Share
+	// UserNet gives the guest a virtio-net card on QEMU's user-mode network
+	// (slirp): the guest is 10.0.2.15/24 by convention and reaches this
+	// machine's loopback at 10.0.2.2 (GuestHostIP); nothing outside can
+	// reach the guest. The guest configures the card itself (the virtio_net
+	// module, an address and a default route).
+	UserNet bool
 	// ExtraArgs are added to QEMU's arguments.
 	ExtraArgs []string
 }
+
+// Share is one host folder exported to the guest (QEMU -virtfs, local
+// backend, security_model=none: the guest sees the files with their host
+// owners and modes, and writes as the user QEMU runs as).
+type Share struct {
+	Tag      string // mount tag the guest mounts by
+	Path     string // host folder
+	ReadOnly bool
+}
+
+// GuestHostIP is the address at which a guest with Config.UserNet reaches
+// this machine's loopback interface.
+const GuestHostIP = "10.0.2.2"
+
+// ShareModules are the modules a guest needs to mount Config.Shares and to
+// put an overlay on them; NetModules are those Config.UserNet needs. Pass
+// them in InitramfsConfig.Modules with DefaultModules.
+var (
+	ShareModules = []string{"9pnet_virtio", "9p", "overlay"}
+	NetModules   = []string{"virtio_net"}
+)
 
 // VM is a running QEMU guest. Its methods are safe for concurrent use;
 // Exec requests run in the guest one at a time.
@@ -135,6 +166,11 @@ func (c *Config) setDefaults() error {
 			}
 		}
 	}
+	for _, sh := range c.Shares {
+		if sh.Tag == "" || sh.Path == "" || strings.ContainsAny(sh.Tag+sh.Path, ",") {
+			return fmt.Errorf("config: share %+v needs a tag and a path, without commas", sh)
+		}
+	}
 	if c.CPUs > c.MaxCPUs {
 		return fmt.Errorf("config: CPUs %d > MaxCPUs %d", c.CPUs, c.MaxCPUs)
 	}
@@ -202,6 +238,18 @@ func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
 		"-device", "virtio-serial-pci,id=vser0",
 		"-device", "virtserialport,bus=vser0.0,chardev=agent,name="+AgentPortName,
 	)
+	for i, sh := range c.Shares {
+		// multidevs=remap: a share that spans several host file systems
+		// (such as /) keeps inode numbers unique in the guest.
+		fs := fmt.Sprintf("local,id=fs%d,path=%s,security_model=none,multidevs=remap", i, sh.Path)
+		if sh.ReadOnly {
+			fs += ",readonly=on"
+		}
+		args = append(args, "-fsdev", fs, "-device", fmt.Sprintf("virtio-9p-pci,fsdev=fs%d,mount_tag=%s", i, sh.Tag))
+	}
+	if c.UserNet {
+		args = append(args, "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0")
+	}
 	return append(args, c.ExtraArgs...)
 }
 
