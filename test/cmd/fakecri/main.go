@@ -3,7 +3,7 @@
 // k8s.io/cri-api's in-memory testing services, served on a unix socket. Pods
 // "run" without images or processes: sandboxes and containers are records
 // that go from created to running when the kubelet asks, and images are
-// "pulled" by name. The kubelet still creates, sizes and removes each pod's
+// "pulled" by name, each with the same size. The kubelet still creates, sizes and removes each pod's
 // cgroup itself, which is what the test bed is for.
 //
 // It answers RuntimeConfig with the systemd cgroup driver (the kubelet takes
@@ -30,6 +30,7 @@ import (
 func main() {
 	listen := flag.String("listen", "/run/fakecri/fakecri.sock", "unix socket to serve the CRI on")
 	imageFS := flag.String("image-fs", "/var/lib/fakecri", "directory reported as the image and container filesystem (created if missing)")
+	imageSize := flag.Uint64("image-size", 1<<20, "size in bytes reported for every image (the kubelet rejects 0)")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -46,6 +47,10 @@ func main() {
 		UsedBytes:  &runtimeapi.UInt64Value{Value: 0},
 		InodesUsed: &runtimeapi.UInt64Value{Value: 0},
 	}}
+	// The fake "pulls" an image by recording it with FakeImageSize, which
+	// is 0 unless set; the kubelet refuses an image without a size ("Id
+	// or size of image ... is not set") and the container never starts.
+	rt.ImageService.SetFakeImageSize(*imageSize)
 	rt.ImageService.SetFakeFilesystemUsage(usage)
 	rt.ImageService.SetFakeContainerFilesystemUsage(usage)
 	if err := rt.Start("unix://" + *listen); err != nil {
