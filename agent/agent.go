@@ -21,7 +21,6 @@ import (
 	"github.com/node-resized/node-resized/resources"
 
 	"github.com/node-resized/node-resized/decide"
-	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
@@ -30,7 +29,7 @@ import (
 // Relay publishes to the API server. *kube.Relay satisfies it. Neither
 // method may block.
 type Relay interface {
-	Publish(kube.Status)
+	Publish(decide.NodeStatus)
 	Event(eventType decide.EventType, reason, message string)
 }
 
@@ -51,15 +50,13 @@ type Evictor interface {
 type LocalRelay struct{}
 
 // Publish implements Relay: nothing to publish without a cluster.
-func (LocalRelay) Publish(kube.Status) {}
+func (LocalRelay) Publish(decide.NodeStatus) {}
 
 // Event implements Relay: the agent has logged the event already.
 func (LocalRelay) Event(decide.EventType, string, string) {}
 
 var (
-	_ Relay   = LocalRelay{}
-	_ Relay   = (*kube.Relay)(nil)
-	_ Evictor = (*kube.Evictor)(nil)
+	_ Relay = LocalRelay{}
 )
 
 // Config configures the agent.
@@ -195,7 +192,7 @@ func (a *Agent) lastPhysical(name string) (int64, bool) {
 // OnNode takes a new view of the Node (the configured capacity). Until the
 // first view arrives, the agent decides with the configured capacity it
 // remembers from its state file (bootstrap parity).
-func (a *Agent) OnNode(v kube.NodeView) {
+func (a *Agent) OnNode(v decide.NodeView) {
 	a.mu.Lock()
 	a.configured, a.source, a.haveNode = v.Configured, v.Source, true
 	a.mu.Unlock()
@@ -262,7 +259,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	for _, act := range d.Actions {
 		switch x := act.(type) {
 		case decide.PatchNodeStatus:
-			a.relay.Publish(kube.Status{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: since})
+			a.relay.Publish(decide.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: since})
 			published = true
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)
@@ -307,7 +304,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		// The first pass of this process publishes what it stands for
 		// even when nothing changed: the Node may show something else
 		// after a restart.
-		a.relay.Publish(kube.Status{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: since})
+		a.relay.Publish(decide.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: since})
 		published = true
 	}
 	a.started = true

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/decide"
-	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
 )
@@ -18,11 +17,11 @@ import (
 // fakeRelay records what the agent publishes.
 type fakeRelay struct {
 	mu       sync.Mutex
-	statuses []kube.Status
+	statuses []decide.NodeStatus
 	events   []decide.EmitEvent
 }
 
-func (f *fakeRelay) Publish(s kube.Status) {
+func (f *fakeRelay) Publish(s decide.NodeStatus) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.statuses = append(f.statuses, s)
@@ -34,11 +33,11 @@ func (f *fakeRelay) Event(t decide.EventType, reason, msg string) {
 	f.events = append(f.events, decide.EmitEvent{Type: t, Reason: reason, Message: msg})
 }
 
-func (f *fakeRelay) last() (kube.Status, bool) {
+func (f *fakeRelay) last() (decide.NodeStatus, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.statuses) == 0 {
-		return kube.Status{}, false
+		return decide.NodeStatus{}, false
 	}
 	return f.statuses[len(f.statuses)-1], true
 }
@@ -63,12 +62,12 @@ func machine(cpus int) *topology.Snapshot {
 	return &topology.Snapshot{CPUs: topology.CPUs{Online: online}, Nodes: []topology.Node{node}, MemTotal: 16 << 30}
 }
 
-func conf(kv ...string) kube.NodeView {
+func conf(kv ...string) decide.NodeView {
 	raw := map[string]string{}
 	for i := 0; i < len(kv); i += 2 {
 		raw[kv[i]] = kv[i+1]
 	}
-	return kube.NodeView{Configured: decide.Configured{Present: true, Raw: raw}, Source: kube.SourceAnnotation}
+	return decide.NodeView{Configured: decide.Configured{Present: true, Raw: raw}, Source: decide.SourceAnnotation}
 }
 
 type run struct {
@@ -99,7 +98,7 @@ func (r *run) stop() {
 }
 
 // settle waits until the published condition has the reason.
-func (r *run) settle(reason decide.Reason, cpu int64) kube.Status {
+func (r *run) settle(reason decide.Reason, cpu int64) decide.NodeStatus {
 	r.t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if s, ok := r.relay.last(); ok && s.Condition.Reason == reason && s.Capacity["cpu"] == cpu*1000 {
@@ -108,7 +107,7 @@ func (r *run) settle(reason decide.Reason, cpu int64) kube.Status {
 	}
 	s, _ := r.relay.last()
 	r.t.Fatalf("condition %s/%s cpu %d, want %s with cpu %d", s.Condition.Status, s.Condition.Reason, s.Capacity["cpu"]/1000, reason, cpu)
-	return kube.Status{}
+	return decide.NodeStatus{}
 }
 
 func hw(r *run, cpus int, latency time.Duration) {
@@ -184,7 +183,7 @@ func TestPathA2WithEvictionOff(t *testing.T) {
 func TestGarbageSpecIsInfeasible(t *testing.T) {
 	r := startAgent(t, "")
 	hw(r, 4, 0)
-	r.a.OnNode(kube.NodeView{Configured: decide.Configured{Present: true, Invalid: "annotation is not a JSON object"}})
+	r.a.OnNode(decide.NodeView{Configured: decide.Configured{Present: true, Invalid: "annotation is not a JSON object"}})
 	s := r.settle(decide.ReasonInfeasible, 4)
 	if !strings.Contains(s.Condition.Message, "not a JSON object") {
 		t.Errorf("message %q does not say what is wrong", s.Condition.Message)
@@ -272,7 +271,7 @@ type orderRelay struct {
 	log *orderLog
 }
 
-func (r *orderRelay) Publish(s kube.Status) {
+func (r *orderRelay) Publish(s decide.NodeStatus) {
 	r.log.add("Publish/" + string(s.Condition.Reason))
 	r.fakeRelay.Publish(s)
 }
@@ -284,7 +283,7 @@ func TestClampComesBeforeAnyAPICall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go a.Run(ctx)
-	a.OnNode(kube.NodeView{})
+	a.OnNode(decide.NodeView{})
 	m4 := machine(4)
 	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m4.Capacity()}, m4)
 	waitUntil(t, func() bool { _, ok := relay.last(); return ok })

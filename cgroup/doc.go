@@ -64,9 +64,8 @@
 // # Also here
 //
 // [Enforcer.PodWorkingSet] reads a pod's working set from its own cgroup as
-// cAdvisor computes it, for the evictor; [ReadCPUManagerCheckpoint] reads
-// the CPU manager's checkpoint (/var/lib/kubelet/cpu_manager_state), every
-// layout the kubelet has written, with the kubelet's own checksum checks.
+// cAdvisor computes it, for the evictor. The kubelet's own files (its
+// configuration, its CPU manager checkpoint) are read in package kubelet.
 //
 // The filesystem is a root path (normally /sys/fs/cgroup), so the same code
 // runs on synthetic cgroup v2 trees in tests; the statfs check that the root

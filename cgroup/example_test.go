@@ -2,7 +2,6 @@ package cgroup_test
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/node-resized/node-resized/cgroup"
 )
@@ -25,16 +24,4 @@ func ExampleResolvePaths() {
 	// /sys/fs/cgroup/kubepods.slice
 	// /sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice
 	// /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b1e6f7a_1111_4c3d_9e8f_000000000001.slice
-}
-
-func ExampleReadCPUManagerCheckpoint() {
-	st, err := cgroup.ReadCPUManagerCheckpoint(filepath.Join("testdata", "cpu_manager_state", "v4"))
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(st.Format, st.PolicyName, "shared:", st.DefaultCPUSet, "all:", st.AllCPUs())
-	fmt.Println(st.Exclusive["0b1e6f7a-1111-4c3d-9e8f-000000000002"])
-	// Output:
-	// v4 static shared: 0,3-7 all: 0-12
-	// 8-10
 }

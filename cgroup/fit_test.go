@@ -4,6 +4,7 @@ import (
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/kubelet"
 )
 
 // The Enforcer is the agent's cgroup enforcer, and its working sets and
@@ -11,5 +12,5 @@ import (
 var (
 	_ agent.Enforcer      = (*cgroup.Enforcer)(nil)
 	_ kube.WorkingSetFunc = (*cgroup.Enforcer)(nil).PodWorkingSet
-	_                     = kube.EvictorOptions{ExclusiveCPUs: cgroup.ExclusiveCPUsFunc("")}
+	_                     = kube.EvictorOptions{ExclusiveCPUs: kubelet.ExclusiveCPUsFunc("")}
 )

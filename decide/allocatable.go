@@ -171,7 +171,7 @@ type Reservations struct {
 	// SystemReserved and KubeReserved hold cpu (millicores), memory,
 	// ephemeral-storage (bytes) and pid amounts, in whole units rounded
 	// down. The kubelet's reservedSystemCPUs override is already applied
-	// (see kubeletconfig).
+	// (see package kubelet).
 	SystemReserved resources.List `json:"systemReserved,omitempty"`
 	KubeReserved   resources.List `json:"kubeReserved,omitempty"`
 	// SystemReservedNanos and KubeReservedNanos hold, per resource, the

@@ -12,35 +12,15 @@ import (
 	"github.com/node-resized/node-resized/decide"
 )
 
-// AnnotationConfiguredCapacity holds the configured capacity as a JSON
-// ResourceList ({"cpu":"4","memory":"8Gi"}) where the API server does not
-// serve Node.spec.configuredCapacity.
-const AnnotationConfiguredCapacity = "node-resized.io/configured-capacity"
-
-// Configured-capacity sources.
+// Aliases kept where the Node is read.
 const (
-	SourceSpec       = "spec.configuredCapacity"
-	SourceAnnotation = "annotation " + AnnotationConfiguredCapacity
+	AnnotationConfiguredCapacity = decide.AnnotationConfiguredCapacity
+	SourceSpec                   = decide.SourceSpec
+	SourceAnnotation             = decide.SourceAnnotation
 )
 
-// NodeView is what the daemon needs of its Node. It is a plain value, safe
-// for concurrent reads.
-type NodeView struct {
-	Name            string
-	ResourceVersion string
-	// Configured is the configured capacity, and Source where it came from
-	// (empty when absent).
-	Configured decide.Configured
-	Source     string
-	// Capacity and Allocatable are status.capacity and status.allocatable
-	// as they stand, in decide's base units.
-	Capacity    resources.List
-	Allocatable resources.List
-	// Ready is the Ready condition's status.
-	Ready bool
-	// Condition is the CapacityConfigured condition as published, if any.
-	Condition *decide.Condition
-}
+// NodeView is what the daemon needs of its Node.
+type NodeView = decide.NodeView
 
 // rawNode is the part of a Node this package reads, decoded from raw JSON so
 // that fields the client's types do not know (spec.configuredCapacity) are

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/node-resized/node-resized/resources"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,15 +71,7 @@ func RestConfig(path string) (*rest.Config, error) {
 }
 
 // Status is the wanted Node status: what the daemon publishes.
-type Status struct {
-	Capacity    resources.List
-	Allocatable resources.List
-	Condition   decide.Condition
-	// Since is when the hardware change behind this status was first seen
-	// (the first uevent); zero when it did not come from a hardware change.
-	// It feeds the event-to-acknowledged-patch latency.
-	Since time.Time
-}
+type Status = decide.NodeStatus
 
 // Relay talks to the API server for one Node. It is safe for concurrent
 // use; Run must be called once.

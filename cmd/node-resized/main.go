@@ -30,7 +30,7 @@ import (
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
-	"github.com/node-resized/node-resized/kubeletconfig"
+	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/systemd"
@@ -134,7 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	hostname, _ := os.Hostname()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
 	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "the Node this daemon speaks for")
-	fs.StringVar(&o.kubeletConfig, "kubelet-config", kubeletconfig.DefaultPath, "the kubelet's KubeletConfiguration file (systemReserved, kubeReserved, evictionHard)")
+	fs.StringVar(&o.kubeletConfig, "kubelet-config", kubelet.DefaultPath, "the kubelet's KubeletConfiguration file (systemReserved, kubeReserved, evictionHard)")
 	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
 	fs.StringVar(&o.stateFile, "state-file", agent.DefaultStatePath, "where the decision state is kept across restarts (an emergency clamp survives a restart)")
 	fs.StringVar(&o.memoryJitter, "memory-jitter", "100Mi", "memory drift that is not a change")
@@ -326,7 +326,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 					}
 					return nil
 				},
-				ExclusiveCPUs: cgroup.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
+				ExclusiveCPUs: kubelet.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
 				Report:        func(r decide.EvictionReport) { agt.ReportEviction(r) },
 				Event:         relay.Event,
 				Logger:        log,
@@ -505,15 +505,15 @@ func firstErr(errs chan error) error {
 // loadKubeletConfig reads the kubelet's configuration. A missing file at
 // the default path means a kubelet with defaults; a missing file that was
 // named explicitly is an error.
-func loadKubeletConfig(o *options, log *slog.Logger) (*kubeletconfig.Config, error) {
-	var opts []kubeletconfig.Option
+func loadKubeletConfig(o *options, log *slog.Logger) (*kubelet.Config, error) {
+	var opts []kubelet.Option
 	if o.kubeletConfigDir != "" {
-		opts = append(opts, kubeletconfig.WithDropInDir(o.kubeletConfigDir))
+		opts = append(opts, kubelet.WithDropInDir(o.kubeletConfigDir))
 	}
-	cfg, err := kubeletconfig.Load(o.kubeletConfig, opts...)
+	cfg, err := kubelet.Load(o.kubeletConfig, opts...)
 	if errors.Is(err, fs.ErrNotExist) && !o.kubeletConfigSet {
 		log.Info("no kubelet configuration file; using the kubelet's defaults (no reservations, evictionHard memory.available 100Mi, cgroupfs driver)", "path", o.kubeletConfig)
-		return kubeletconfig.Default(), nil
+		return kubelet.Default(), nil
 	}
 	if err != nil {
 		return nil, err

@@ -5,7 +5,7 @@
 // capacities, the tests compute the allocatable resources and the kubepods
 // cgroup limits twice:
 //
-//   - node-resized's way: kubeletconfig.Load, then decide.Allocatable and
+//   - node-resized's way: kubelet.Load, then decide.Allocatable and
 //     decide.KubepodsLimits on the Reservations it returns;
 //   - the kubelet's way: the effective configuration taken from the kubelet
 //     command itself (app.NewKubeletCommand, run with --config and
@@ -25,7 +25,7 @@
 // and must agree with the command.
 //
 // Acceptance is compared too: a file the kubelet refuses to load must be
-// refused by kubeletconfig.Load.
+// refused by kubelet.Load.
 //
 // The few pieces of the kubelet that are unexported and cannot be reached
 // through an exported path are reproduced in kubelet_test.go, each marked

@@ -14,7 +14,7 @@ import (
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 
 	"github.com/node-resized/node-resized/decide"
-	"github.com/node-resized/node-resized/kubeletconfig"
+	"github.com/node-resized/node-resized/kubelet"
 )
 
 // TestCPUWeightCopyIsTheKubelets checks the copy of getCPUWeight in
@@ -164,7 +164,7 @@ func TestReservationsMatchKubelet(t *testing.T) {
 // deliberate mistake, on either side, is reported.
 func TestComparisonNoticesMutations(t *testing.T) {
 	file := testdata(t, "evict-7.5pct.yaml")
-	cfg, err := kubeletconfig.Load(file)
+	cfg, err := kubelet.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 
 	"github.com/node-resized/node-resized/decide"
-	"github.com/node-resized/node-resized/kubeletconfig"
+	"github.com/node-resized/node-resized/kubelet"
 )
 
 // configCase is one KubeletConfiguration (and optional drop-in directory)
@@ -115,8 +115,8 @@ func testdata(t testing.TB, name string) string {
 	return p
 }
 
-// ours is node-resized's answer: kubeletconfig.Load, then decide.
-func ours(cfg *kubeletconfig.Config, m machine) result {
+// ours is node-resized's answer: kubelet.Load, then decide.
+func ours(cfg *kubelet.Config, m machine) result {
 	return oursWith(cfg.Reservations, cfg.LocalStorageCapacityIsolation, m)
 }
 
@@ -147,8 +147,8 @@ func oursWith(res decide.Reservations, localStorage bool, m machine) result {
 	}
 }
 
-// kubelet is the kubelet's answer for an effective configuration.
-func kubelet(t testing.TB, kc *kubeletconfiginternal.KubeletConfiguration, m machine) result {
+// theirs is the kubelet's answer for an effective configuration.
+func theirs(t testing.TB, kc *kubeletconfiginternal.KubeletConfiguration, m machine) result {
 	t.Helper()
 	mi := m.cadvisorInfo()
 	nc, err := kubeletNodeAllocatableConfig(kc, mi)
@@ -308,11 +308,11 @@ func TestAllocatableMatchesKubelet(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			file, dropIn := testdata(t, c.file), testdata(t, c.dropIn)
 
-			var opts []kubeletconfig.Option
+			var opts []kubelet.Option
 			if dropIn != "" {
-				opts = append(opts, kubeletconfig.WithDropInDir(dropIn))
+				opts = append(opts, kubelet.WithDropInDir(dropIn))
 			}
-			cfg, oursErr := kubeletconfig.Load(file, opts...)
+			cfg, oursErr := kubelet.Load(file, opts...)
 
 			eff, err := kubeletEffectiveConfig(file, dropIn)
 			if err != nil {
@@ -324,9 +324,9 @@ func TestAllocatableMatchesKubelet(t *testing.T) {
 				t.Logf("both refuse the configuration:\n  kubelet: %v\n  ours:    %v", eff.LoadErr, oursErr)
 				return
 			case eff.LoadErr != nil:
-				t.Fatalf("the kubelet refuses the configuration, kubeletconfig.Load accepts it:\n  kubelet: %v\n  ours reservations: %+v", eff.LoadErr, cfg.Reservations)
+				t.Fatalf("the kubelet refuses the configuration, kubelet.Load accepts it:\n  kubelet: %v\n  ours reservations: %+v", eff.LoadErr, cfg.Reservations)
 			case oursErr != nil:
-				t.Fatalf("kubeletconfig.Load refuses a configuration the kubelet accepts: %v", oursErr)
+				t.Fatalf("kubelet.Load refuses a configuration the kubelet accepts: %v", oursErr)
 			}
 			if eff.Invalid != nil {
 				t.Errorf("testdata is not a configuration the kubelet starts with: %v", eff.Invalid)
@@ -349,7 +349,7 @@ func TestAllocatableMatchesKubelet(t *testing.T) {
 
 			for _, m := range machines {
 				t.Run(m.name, func(t *testing.T) {
-					o, k := ours(cfg, m), kubelet(t, eff.Config, m)
+					o, k := ours(cfg, m), theirs(t, eff.Config, m)
 					t.Log(table(o, k))
 					for _, d := range compare(o, k) {
 						t.Error(d)

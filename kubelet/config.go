@@ -1,4 +1,4 @@
-package kubeletconfig
+package kubelet
 
 import (
 	"encoding/json"

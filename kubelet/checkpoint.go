@@ -1,4 +1,4 @@
-package cgroup
+package kubelet
 
 import (
 	"bytes"
@@ -246,7 +246,7 @@ func decodePodEntries(raw json.RawMessage) (m map[string]string, null bool, err 
 		if e != nil {
 			s = e.CPUSet
 		}
-		if _, err := topology.ParseCPUSet(s); err != nil {
+		if _, err := parseCPUSet(s); err != nil {
 			return nil, false, fmt.Errorf("pod %s: %w", uid, err)
 		}
 		m[uid] = s
@@ -258,7 +258,7 @@ func decodePodEntries(raw json.RawMessage) (m map[string]string, null bool, err 
 func build(format, policy, def string, entries map[string]map[string]string, pods map[string]string) (CPUManagerState, error) {
 	st := CPUManagerState{Format: format, PolicyName: policy}
 	var err error
-	if st.DefaultCPUSet, err = topology.ParseCPUSet(def); err != nil {
+	if st.DefaultCPUSet, err = parseCPUSet(def); err != nil {
 		return CPUManagerState{}, fmt.Errorf("%w: default CPU set: %w", ErrCorruptCheckpoint, err)
 	}
 	union := func(uid string, set topology.CPUSet) {
@@ -275,7 +275,7 @@ func build(format, policy, def string, entries map[string]map[string]string, pod
 		}
 		st.Containers[uid] = make(map[string]topology.CPUSet, len(containers))
 		for name, list := range containers {
-			set, err := topology.ParseCPUSet(list)
+			set, err := parseCPUSet(list)
 			if err != nil {
 				return CPUManagerState{}, fmt.Errorf("%w: container %q of pod %s: %w", ErrCorruptCheckpoint, name, uid, err)
 			}
@@ -284,7 +284,7 @@ func build(format, policy, def string, entries map[string]map[string]string, pod
 		}
 	}
 	for uid, list := range pods {
-		set, err := topology.ParseCPUSet(list)
+		set, err := parseCPUSet(list)
 		if err != nil {
 			return CPUManagerState{}, fmt.Errorf("%w: pod %s: %w", ErrCorruptCheckpoint, uid, err)
 		}
@@ -336,7 +336,7 @@ func v3Hash(f ckFile, entries map[string]map[string]string, eNull bool, pods map
 				if i > 0 {
 					b.WriteByte(' ')
 				}
-				set, _ := topology.ParseCPUSet(pods[uid])
+				set, _ := parseCPUSet(pods[uid])
 				b.WriteString(uid + ":{CPUSet:(cpuset.CPUSet){elems:(map[int]struct {})map[")
 				for j, c := range set {
 					if j > 0 {
@@ -379,4 +379,14 @@ func dumpEntries(b *strings.Builder, entries map[string]map[string]string, null 
 		b.WriteString("]")
 	}
 	b.WriteString("]")
+}
+
+// parseCPUSet parses a CPU list of a checkpoint as the kubelet does
+// (cpuset.Parse).
+func parseCPUSet(s string) (topology.CPUSet, error) {
+	ids, err := parseCPUList(s)
+	if err != nil {
+		return nil, err
+	}
+	return topology.CPUSet(ids), nil
 }

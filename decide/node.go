@@ -1,0 +1,49 @@
+package decide
+
+import (
+	"time"
+
+	"github.com/node-resized/node-resized/resources"
+)
+
+// Configured-capacity sources, for NodeView.Source.
+const (
+	// AnnotationConfiguredCapacity holds the configured capacity as a
+	// JSON ResourceList ({"cpu":"4","memory":"8Gi"}) where the API server
+	// does not serve Node.spec.configuredCapacity.
+	AnnotationConfiguredCapacity = "node-resized.io/configured-capacity"
+	SourceSpec                   = "spec.configuredCapacity"
+	SourceAnnotation             = "annotation " + AnnotationConfiguredCapacity
+)
+
+// NodeView is what the daemon needs of its Node, as the API server has it.
+// It is a plain value, safe for concurrent reads.
+type NodeView struct {
+	Name            string
+	ResourceVersion string
+	// Configured is the configured capacity, and Source where it came from
+	// (empty when absent).
+	Configured Configured
+	Source     string
+	// Capacity and Allocatable are status.capacity and status.allocatable
+	// as they stand.
+	Capacity    resources.List
+	Allocatable resources.List
+	// Ready is the Ready condition's status.
+	Ready bool
+	// Condition is the CapacityConfigured condition as published, if any.
+	Condition *Condition
+}
+
+// NodeStatus is the Node status the daemon wants published: the managed
+// resources in capacity and allocatable, and its condition. It is a plain
+// value, safe for concurrent reads.
+type NodeStatus struct {
+	Capacity    resources.List
+	Allocatable resources.List
+	Condition   Condition
+	// Since is when the hardware change behind this status was first seen
+	// (the first uevent); zero when it did not come from a hardware change.
+	// It feeds the event-to-acknowledged-patch latency.
+	Since time.Time
+}
