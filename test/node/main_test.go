@@ -1,0 +1,156 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/node-resized/node-resized/test/cluster"
+	"github.com/node-resized/node-resized/test/vm"
+)
+
+// These tests boot a real guest against a real control plane. They need
+// qemu-system-x86_64 and a kernel unpacked by test/vm/fetch (with
+// NODE_RESIZED_VM_FETCH=1 they run it themselves), and they build the
+// control plane, the kubelet and fakecri first (minutes on a cold build
+// cache; make e2e-node builds them before the tests run).
+
+var (
+	kernel        vm.Kernel
+	kernelErr     error
+	clusterBinDir string
+	nodeBinDir    string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	kernel, kernelErr = findKernel()
+
+	var err error
+	if clusterBinDir, err = cluster.DefaultBinDir(); err == nil {
+		t0 := time.Now()
+		if err = cluster.Build(ctx, clusterBinDir); err == nil {
+			fmt.Fprintf(os.Stderr, "control plane in %s ready after %v\n", clusterBinDir, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: cannot build the control plane: %v\n", err)
+		return 1
+	}
+	if nodeBinDir, err = DefaultBinDir(); err == nil {
+		t0 := time.Now()
+		if err = Build(ctx, nodeBinDir); err == nil {
+			fmt.Fprintf(os.Stderr, "kubelet and fakecri in %s ready after %v\n", nodeBinDir, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: cannot build the kubelet and fakecri: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// findKernel finds QEMU and the cached kernel, running test/vm/fetch when
+// NODE_RESIZED_VM_FETCH=1 and either is missing.
+func findKernel() (vm.Kernel, error) {
+	_, qerr := exec.LookPath("qemu-system-x86_64")
+	k, kerr := vm.FindKernel("")
+	if qerr == nil && kerr == nil {
+		return k, nil
+	}
+	if os.Getenv("NODE_RESIZED_VM_FETCH") != "1" {
+		return vm.Kernel{}, fmt.Errorf("no qemu-system-x86_64 or no cached kernel: run test/vm/fetch (or set NODE_RESIZED_VM_FETCH=1)")
+	}
+	out, err := exec.Command(filepath.Join("..", "vm", "fetch")).CombinedOutput()
+	if err != nil {
+		return vm.Kernel{}, fmt.Errorf("test/vm/fetch: %v\n%s", err, out)
+	}
+	return vm.FindKernel("")
+}
+
+func needKernel(t *testing.T) vm.Kernel {
+	t.Helper()
+	if kernelErr != nil {
+		t.Fatal(kernelErr)
+	}
+	return kernel
+}
+
+// startCluster starts a control plane with an identity for each node name,
+// stopped when the test ends; its logs are kept when the test fails.
+func startCluster(t *testing.T, nodes ...string) *cluster.Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "node-resized-node-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{
+		BinDir:    clusterBinDir,
+		SkipBuild: true,
+		Dir:       dir,
+		Nodes:     nodes,
+	})
+	if err != nil {
+		t.Fatalf("starting the control plane: %v", err)
+	}
+	t.Logf("control plane up in %v", time.Since(t0).Round(time.Millisecond))
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			t.Logf("control plane logs kept in %s", filepath.Join(dir, "logs"))
+		} else {
+			os.RemoveAll(dir)
+		}
+	})
+	return c
+}
+
+// bootNode boots a node against c and closes it when the test ends; when
+// the test fails its folder (console, QEMU log, guest journal) is kept.
+func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
+	t.Helper()
+	api, err := c.NodeConfig(cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.API = api
+	cfg.Kernel = needKernel(t)
+	cfg.BinDir = nodeBinDir
+	cfg.SkipBuild = true
+	if cfg.Dir == "" {
+		if cfg.Dir, err = os.MkdirTemp("", "node-resized-node-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Logf = t.Logf
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	n, err := Boot(ctx, cfg)
+	if err != nil {
+		t.Logf("node files kept in %s", cfg.Dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("node files (console.log, qemu.log, guest/journal.log) kept in %s", cfg.Dir)
+		} else {
+			os.RemoveAll(cfg.Dir)
+		}
+	})
+	return n
+}
