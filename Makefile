@@ -20,7 +20,7 @@ RUNFLAGS ?=
 BENCHCOUNT ?= 6
 FUZZTIME ?= 60s
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm cluster-up cluster-down vet fmt install clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet fmt install clean
 
 all: build
 
@@ -71,6 +71,15 @@ cluster-down:
 e2e-vm:
 	test/vm/fetch
 	cd test && $(GO) test -count=1 -v -timeout 30m ./vm/ ./vmscenario/
+
+# A QEMU guest that is a real node: systemd as PID 1, the real kubelet
+# (built from k8s.io/kubernetes, about 5 more minutes the first time) on a
+# fake CRI runtime, registered with the test control plane.
+e2e-node:
+	test/cluster/up -build-only
+	test/vm/fetch
+	test/node/build
+	cd test && $(GO) test -count=1 -v -timeout 40m ./node/
 
 install: build
 	install -D -m 0755 $(BIN)/node-resized $(DESTDIR)$(PREFIX)/bin/node-resized
