@@ -31,6 +31,7 @@ func guestSh(t *testing.T, n *Node, cmd string) string {
 // running in its own cgroup.
 func TestNodeReady(t *testing.T) {
 	const name = "node-1"
+	needKernel(t)
 	c := startCluster(t, name)
 	n := bootNode(t, c, Config{Name: name})
 	t.Logf("boot: guest agent after %v, Node Ready after %v",
