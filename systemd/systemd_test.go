@@ -26,6 +26,16 @@ func TestUnitFile(t *testing.T) {
 		got[o.Section+"."+o.Name] = o.Value
 	}
 	for key, want := range map[string]string{
+		// A node agent is restarted whatever happened, and never given up
+		// on (as the kubelet's unit does).
+		"Unit.StartLimitIntervalSec": "0",
+		"Service.Restart":            "always",
+		// The packages ship this unit as is: the binary in /usr/bin, its
+		// flags from the optional /etc/default/node-resized (make install
+		// rewrites the path to $(PREFIX)/bin). Unbraced, so that systemd
+		// splits the variable into one argument per word.
+		"Service.EnvironmentFile":      "-/etc/default/node-resized",
+		"Service.ExecStart":            "/usr/bin/node-resized $NODE_RESIZED_ARGS",
 		"Service.Type":                 "notify",
 		"Service.WatchdogSec":          "30s",
 		"Service.RuntimeDirectory":     "node-resized",
@@ -38,10 +48,6 @@ func TestUnitFile(t *testing.T) {
 		if got[key] != want {
 			t.Errorf("%s = %q, want %q", key, got[key], want)
 		}
-	}
-	// The binary the unit starts is the one make install puts there.
-	if exec := got["Service.ExecStart"]; !strings.HasPrefix(exec, "/usr/local/bin/node-resized") {
-		t.Errorf("ExecStart = %q, want /usr/local/bin/node-resized (make install)", exec)
 	}
 	if !strings.Contains(got["Service.RestrictAddressFamilies"], "AF_NETLINK") {
 		t.Error("RestrictAddressFamilies must allow AF_NETLINK for the uevent socket")
