@@ -20,7 +20,7 @@ RUNFLAGS ?=
 BENCHCOUNT ?= 6
 FUZZTIME ?= 60s
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet fmt install clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet fmt install package package-test clean
 
 all: build
 
@@ -81,10 +81,36 @@ e2e-node:
 	test/node/build
 	cd test && $(GO) test -count=1 -v -timeout 40m ./node/
 
+# A plain install without a package: the binaries and the bash completion
+# under $(PREFIX), the unit in /etc/systemd/system with its ExecStart pointed
+# at $(PREFIX)/bin (the unit in the tree, which the packages ship, says
+# /usr/bin), and /etc/default/node-resized only if there is none yet, so that
+# an edited one is kept. Then: systemctl daemon-reload.
 install: build
 	install -D -m 0755 $(BIN)/node-resized $(DESTDIR)$(PREFIX)/bin/node-resized
 	install -D -m 0755 $(BIN)/node-resizectl $(DESTDIR)$(PREFIX)/bin/node-resizectl
-	install -D -m 0644 systemd/node-resized.service $(DESTDIR)/etc/systemd/system/node-resized.service
+	install -D -m 0644 packaging/completion/node-resizectl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/node-resizectl
+	install -d $(DESTDIR)/etc/systemd/system
+	sed 's|^ExecStart=/usr/bin/node-resized|ExecStart=$(PREFIX)/bin/node-resized|' systemd/node-resized.service >$(DESTDIR)/etc/systemd/system/node-resized.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/node-resized.service
+	grep -q '^ExecStart=$(PREFIX)/bin/node-resized ' $(DESTDIR)/etc/systemd/system/node-resized.service
+	test -e $(DESTDIR)/etc/default/node-resized || install -D -m 0644 packaging/default/node-resized $(DESTDIR)/etc/default/node-resized
+
+# The deb and rpm packages, in dist/ with nfpm's names
+# (node-resized_<version>_amd64.deb, node-resized-<version>-1.x86_64.rpm),
+# built with nfpm's Go API by the separate tools/ module. <version> is
+# VERSION made acceptable to dpkg and rpm: v1.2.3 -> 1.2.3,
+# v1.2.3-4-gabc1234 -> 1.2.3+git4.abc1234, abc1234-dirty (no tag) ->
+# 0.0.0~gitabc1234.dirty (packaging/README.md).
+package: build
+	$(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -bin $(BIN) -out dist -version $(VERSION)
+
+# The packages' contents, control data and scripts, an install, upgrade and
+# purge with dpkg --root and rpm --root in temporary roots (as root), and
+# make install into a DESTDIR. Needs dpkg-deb and rpm.
+package-test: build
+	cd tools && $(GO) vet ./...
+	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v ./...
 
 clean:
 	rm -rf $(BIN)

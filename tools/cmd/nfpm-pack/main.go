@@ -1,0 +1,166 @@
+// Command nfpm-pack builds the node-resized deb and rpm packages with nfpm's
+// Go API from packaging/nfpm.yaml, so that packaging needs no downloaded
+// binary: `make package` runs it after `make build`.
+//
+// Usage:
+//
+//	nfpm-pack -version VERSION [-root DIR] [-config FILE] [-bin DIR] [-out DIR] [-formats deb,rpm]
+//
+// VERSION is the version stamped into the binaries (git describe); the
+// packages get the form of it that dpkg and rpm accept (see packageVersion).
+// It prints the path of each package written.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/goreleaser/nfpm/v2"
+	_ "github.com/goreleaser/nfpm/v2/deb" // registers the deb packager
+	_ "github.com/goreleaser/nfpm/v2/rpm" // registers the rpm packager
+)
+
+type options struct {
+	root    string   // the directory every other path is relative to
+	config  string   // the nfpm configuration
+	bin     string   // the directory holding the built binaries: ${BIN}
+	out     string   // where the packages go
+	version string   // as stamped into the binaries, e.g. v1.2.3-4-gabc1234
+	formats []string // nfpm packager names
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "nfpm-pack:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	var o options
+	var formats string
+	fs := flag.NewFlagSet("nfpm-pack", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.root, "root", ".", "the repository root; the other paths and those in the configuration are relative to it")
+	fs.StringVar(&o.config, "config", "packaging/nfpm.yaml", "the nfpm configuration")
+	fs.StringVar(&o.bin, "bin", "bin", "the directory of the built binaries (${BIN} in the configuration)")
+	fs.StringVar(&o.out, "out", "dist", "where to write the packages")
+	fs.StringVar(&o.version, "version", "", "the version stamped into the binaries (git describe --tags --always --dirty, or dev)")
+	fs.StringVar(&formats, "formats", "deb,rpm", "comma-separated packagers")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.version == "" {
+		return errors.New("-version is required")
+	}
+	o.formats = strings.Split(formats, ",")
+	// nfpm reads the sources named in the configuration relative to the
+	// working directory.
+	if err := os.Chdir(o.root); err != nil {
+		return fmt.Errorf("change to the repository root: %w", err)
+	}
+	paths, err := pack(o)
+	for _, p := range paths {
+		fmt.Fprintln(stdout, p)
+	}
+	return err
+}
+
+// pack writes one package per format into o.out and returns their paths.
+// Paths are relative to the working directory.
+func pack(o options) ([]string, error) {
+	version, err := packageVersion(o.version)
+	if err != nil {
+		return nil, err
+	}
+	env := func(name string) string {
+		switch name {
+		case "VERSION":
+			return version
+		case "BIN":
+			return o.bin
+		}
+		return os.Getenv(name)
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return nil, fmt.Errorf("create the output directory: %w", err)
+	}
+	// One goroutine per format: compression takes most of the time.
+	paths := make([]string, len(o.formats))
+	errs := make([]error, len(o.formats))
+	var wg sync.WaitGroup
+	for i, format := range o.formats {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			paths[i], errs[i] = packOne(o.config, format, o.out, env)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%s package: %w", format, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	var written []string
+	for _, p := range paths {
+		if p != "" {
+			written = append(written, p)
+		}
+	}
+	return written, errors.Join(errs...)
+}
+
+func packOne(config, format, out string, env func(string) string) (string, error) {
+	// Parsed again for each format: the packagers change the contents they
+	// are given.
+	cfg, err := nfpm.ParseFileWithEnvMapping(config, env)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", config, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return "", fmt.Errorf("check %s: %w", config, err)
+	}
+	info, err := cfg.Get(format)
+	if err != nil {
+		return "", fmt.Errorf("%s settings of %s: %w", format, config, err)
+	}
+	info = nfpm.WithDefaults(info)
+	packager, err := nfpm.Get(format)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(out, packager.ConventionalFileName(info))
+	info.Target = path
+
+	// Written aside and renamed, so that a failure leaves no partial package.
+	f, err := os.CreateTemp(out, ".nfpm-pack-*")
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", path, err)
+	}
+	defer os.Remove(f.Name()) // no-op after the rename
+	if err := packager.Package(info, f); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
+}

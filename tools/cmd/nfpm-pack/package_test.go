@@ -1,0 +1,663 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	rpmutils "github.com/sassoftware/go-rpmutils"
+)
+
+// The packages are built once per test binary, by the real command, into a
+// directory removed when the tests end.
+const testVersion = "v1.2.3-4-gabc1234" // package version 1.2.3+git4.abc1234
+
+type built struct {
+	dir  string // everything the tests build
+	root string // the repository root
+	bin  string // the static binaries packaged
+	deb  string
+	rpm  string
+	err  error
+}
+
+var (
+	fixtureOnce sync.Once
+	fixture     built
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixture.dir != "" {
+		os.RemoveAll(fixture.dir)
+	}
+	os.Exit(code)
+}
+
+// need fails the test when a program the packaging tests use is missing.
+func need(t *testing.T, progs ...string) {
+	t.Helper()
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("%s is needed (on Debian: apt-get install dpkg-dev rpm): %v", p, err)
+		}
+	}
+}
+
+// needRoot skips a test that installs into a temporary root: dpkg and rpm
+// refuse to install without root, and rpm runs its scriptlets in a chroot.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("installing into a temporary root needs root (dpkg --root, rpm --root with a chroot); run make package-test as root")
+	}
+}
+
+// output runs a command and returns its standard output; a failure is fatal
+// and shows the standard error.
+func output(t *testing.T, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return string(out)
+}
+
+func packages(t *testing.T) *built {
+	t.Helper()
+	need(t, "go")
+	fixtureOnce.Do(func() { fixture.err = build() })
+	if fixture.err != nil {
+		t.Fatal(fixture.err)
+	}
+	return &fixture
+}
+
+func build() error {
+	dir, err := os.MkdirTemp("", "nfpm-pack-test-")
+	if err != nil {
+		return err
+	}
+	fixture.dir = dir
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		return err
+	}
+	if mod, err := os.ReadFile(filepath.Join(root, "go.mod")); err != nil || !bytes.HasPrefix(mod, []byte("module github.com/node-resized/node-resized\n")) {
+		return fmt.Errorf("%s is not the repository root (go.mod: %v)", root, err)
+	}
+	fixture.root = root
+
+	// make package-test passes the binaries make build wrote; alone, the
+	// test builds them as make build does.
+	fixture.bin = os.Getenv("NODE_RESIZED_BIN")
+	if fixture.bin == "" {
+		fixture.bin = filepath.Join(dir, "bin")
+		for _, cmd := range []string{"node-resized", "node-resizectl"} {
+			b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+testVersion,
+				"-o", filepath.Join(fixture.bin, cmd), "./cmd/"+cmd)
+			b.Dir = root
+			b.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := b.CombinedOutput(); err != nil {
+				return fmt.Errorf("build %s: %v\n%s", cmd, err, out)
+			}
+		}
+	}
+
+	tool := filepath.Join(dir, "nfpm-pack")
+	if out, err := exec.Command("go", "build", "-o", tool, ".").CombinedOutput(); err != nil {
+		return fmt.Errorf("build nfpm-pack: %v\n%s", err, out)
+	}
+	out := filepath.Join(dir, "dist")
+	cmd := exec.Command(tool, "-root", root, "-bin", fixture.bin, "-out", out, "-version", testVersion)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	list, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("nfpm-pack: %v\n%s", err, stderr.Bytes())
+	}
+	// nfpm's conventional names with the version dpkg and rpm accept.
+	fixture.deb = filepath.Join(out, "node-resized_1.2.3+git4.abc1234_amd64.deb")
+	fixture.rpm = filepath.Join(out, "node-resized-1.2.3+git4.abc1234-1.x86_64.rpm")
+	if got, want := strings.Fields(string(list)), []string{fixture.deb, fixture.rpm}; !slices.Equal(got, want) {
+		return fmt.Errorf("nfpm-pack wrote %q, want %q", got, want)
+	}
+	return nil
+}
+
+// shipped is what both packages hold: path, mode and whether it is a
+// configuration file kept across upgrades.
+var shipped = []struct {
+	path   string
+	mode   fs.FileMode
+	config bool
+}{
+	{"/etc/default/node-resized", 0o644, true},
+	{"/usr/bin/node-resized", 0o755, false},
+	{"/usr/bin/node-resizectl", 0o755, false},
+	{"/usr/lib/systemd/system/node-resized.service", 0o644, false},
+	{"/usr/share/bash-completion/completions/node-resizectl", 0o644, false},
+}
+
+// The directories the deb holds (dpkg removes them when they empty).
+var debDirs = []string{
+	"/etc/", "/etc/default/",
+	"/usr/", "/usr/bin/", "/usr/lib/", "/usr/lib/systemd/", "/usr/lib/systemd/system/",
+	"/usr/share/", "/usr/share/bash-completion/", "/usr/share/bash-completion/completions/",
+}
+
+func TestDebContents(t *testing.T) {
+	need(t, "dpkg-deb")
+	p := packages(t)
+
+	want := map[string]string{}
+	for _, d := range debDirs {
+		want["."+d] = "drwxr-xr-x root/root"
+	}
+	for _, f := range shipped {
+		want["."+f.path] = f.mode.String() + " root/root"
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(output(t, "", "dpkg-deb", "-c", p.deb)), "\n") {
+		// drwxr-xr-x root/root 0 2026-01-01 00:00 ./etc/
+		f := strings.Fields(line)
+		if len(f) != 6 {
+			t.Fatalf("dpkg-deb -c: unexpected line %q", line)
+		}
+		got[f[5]] = f[0] + " " + f[1]
+	}
+	for path, mode := range want {
+		if got[path] != mode {
+			t.Errorf("%s: %q, want %q", path, got[path], mode)
+		}
+	}
+	for path := range got {
+		if _, ok := want[path]; !ok {
+			t.Errorf("unexpected file in the deb: %s", path)
+		}
+	}
+
+	fields := map[string]string{}
+	for _, name := range []string{"Package", "Version", "Architecture", "Section", "Priority", "Maintainer", "Depends", "Pre-Depends", "Suggests", "Description"} {
+		fields[name] = strings.TrimSpace(output(t, "", "dpkg-deb", "-f", p.deb, name))
+	}
+	for name, want := range map[string]string{
+		"Package":      "node-resized",
+		"Version":      "1.2.3+git4.abc1234",
+		"Architecture": "amd64",
+		"Section":      "admin",
+		"Priority":     "optional",
+		"Depends":      "", // static binaries: nothing
+		"Pre-Depends":  "",
+		"Suggests":     "bash-completion",
+	} {
+		if fields[name] != want {
+			t.Errorf("control field %s = %q, want %q", name, fields[name], want)
+		}
+	}
+	if !regexp.MustCompile(`^[^<>]+ <[^@<>]+@[^@<>]+>$`).MatchString(fields["Maintainer"]) {
+		t.Errorf("Maintainer = %q, want a name and an address", fields["Maintainer"])
+	}
+	if !strings.HasPrefix(fields["Description"], "Follow CPU and memory hotplug") {
+		t.Errorf("Description = %q", fields["Description"])
+	}
+
+	// The control archive: conffiles and the maintainer scripts as written.
+	ctrl := t.TempDir()
+	output(t, "", "dpkg-deb", "-e", p.deb, ctrl)
+	conffiles, err := os.ReadFile(filepath.Join(ctrl, "conffiles"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(conffiles) != "/etc/default/node-resized\n" {
+		t.Errorf("conffiles = %q, want /etc/default/node-resized alone", conffiles)
+	}
+	info := output(t, "", "dpkg-deb", "-I", p.deb)
+	for script, src := range map[string]string{"postinst": "deb/postinst", "prerm": "deb/prerm", "postrm": "deb/postrm"} {
+		assertSame(t, filepath.Join(ctrl, script), filepath.Join(p.root, "packaging/scripts", src))
+		if st, err := os.Stat(filepath.Join(ctrl, script)); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("%s: mode %v (%v), want 0755", script, st.Mode(), err)
+		}
+		if !regexp.MustCompile(`(?m)^\s+\d+ bytes,\s+\d+ lines\s+\*\s+` + script + `\s`).MatchString(info) {
+			t.Errorf("dpkg-deb -I does not list %s as an executable script:\n%s", script, info)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ctrl, "preinst")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the deb has a preinst (%v); none was written", err)
+	}
+
+	data := t.TempDir()
+	output(t, "", "dpkg-deb", "-x", p.deb, data)
+	checkTree(t, p.root, data)
+}
+
+// checkTree checks the files of an unpacked package against the sources.
+func checkTree(t *testing.T, repo, tree string) {
+	t.Helper()
+	unit := filepath.Join(tree, "usr/lib/systemd/system/node-resized.service")
+	assertSame(t, unit, filepath.Join(repo, "systemd/node-resized.service"))
+	checkUnit(t, unit, "/usr/bin")
+	assertSame(t, filepath.Join(tree, "etc/default/node-resized"), filepath.Join(repo, "packaging/default/node-resized"))
+	assertSame(t, filepath.Join(tree, "usr/share/bash-completion/completions/node-resizectl"), filepath.Join(repo, "packaging/completion/node-resizectl.bash"))
+	for _, b := range []string{"node-resized", "node-resizectl"} {
+		checkStatic(t, filepath.Join(tree, "usr/bin", b))
+	}
+}
+
+func assertSame(t *testing.T, got, want string) {
+	t.Helper()
+	g, err := os.ReadFile(got)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	w, err := os.ReadFile(want)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if !bytes.Equal(g, w) {
+		t.Errorf("%s differs from %s", got, want)
+	}
+}
+
+// checkUnit checks the lines a node agent's unit needs, each in its section.
+func checkUnit(t *testing.T, path, bindir string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	have := map[string]bool{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		default:
+			have[section+line] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"[Unit]StartLimitIntervalSec=0",
+		"[Service]Type=notify",
+		"[Service]EnvironmentFile=-/etc/default/node-resized",
+		"[Service]ExecStart=" + bindir + "/node-resized $NODE_RESIZED_ARGS",
+		"[Service]Restart=always",
+		"[Service]WatchdogSec=30s",
+		"[Service]NoNewPrivileges=yes",
+		"[Install]WantedBy=multi-user.target",
+	} {
+		if !have[want] {
+			t.Errorf("%s: no %q", path, want)
+		}
+	}
+}
+
+// checkStatic checks that a binary needs no dynamic loader and no library.
+func checkStatic(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has a dynamic loader: not static", path)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("%s needs %v: not static", path, libs)
+	}
+}
+
+func TestRPMContents(t *testing.T) {
+	need(t, "rpm")
+	p := packages(t)
+
+	got := map[string]string{}
+	list := output(t, "", "rpm", "-qp", "--qf", `[%{FILENAMES}\t%{FILEMODES:perms}\t%{FILEUSERNAME}:%{FILEGROUPNAME}\t%{FILEFLAGS:fflags}\n]`, p.rpm)
+	for _, line := range strings.Split(list, "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.SplitN(line, "\t", 2)
+		got[f[0]] = f[1]
+	}
+	want := map[string]string{}
+	for _, f := range shipped {
+		flags := ""
+		if f.config {
+			flags = "cn" // %config(noreplace)
+		}
+		want[f.path] = f.mode.String() + "\troot:root\t" + flags
+	}
+	for path, w := range want {
+		if got[path] != w {
+			t.Errorf("%s: %q, want %q", path, got[path], w)
+		}
+	}
+	for path := range got {
+		if _, ok := want[path]; !ok {
+			t.Errorf("unexpected file in the rpm: %s", path)
+		}
+	}
+	if l := strings.Fields(output(t, "", "rpm", "-qlp", p.rpm)); len(l) != len(shipped) {
+		t.Errorf("rpm -qlp lists %d files, want %d: %v", len(l), len(shipped), l)
+	}
+
+	if got, want := output(t, "", "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}", p.rpm), "node-resized 1.2.3+git4.abc1234 1 x86_64"; got != want {
+		t.Errorf("rpm header: %q, want %q", got, want)
+	}
+	// Nothing but what rpm may add itself: the scriptlets' /bin/sh and
+	// rpmlib features.
+	for _, req := range strings.Split(output(t, "", "rpm", "-qpR", p.rpm), "\n") {
+		if req != "" && req != "/bin/sh" && !strings.HasPrefix(req, "rpmlib(") {
+			t.Errorf("unexpected requirement %q", req)
+		}
+	}
+	// Each scriptlet is the script written for rpm.
+	for tag, src := range map[string]string{"POSTIN": "rpm/post", "PREUN": "rpm/preun", "POSTUN": "rpm/postun", "PREIN": ""} {
+		got := output(t, "", "rpm", "-qp", "--qf", "%{"+tag+"}", p.rpm)
+		want := "(none)"
+		if src != "" {
+			b, err := os.ReadFile(filepath.Join(p.root, "packaging/scripts", src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = strings.TrimRight(string(b), "\n")
+		}
+		if strings.TrimRight(got, "\n") != want {
+			t.Errorf("%s scriptlet:\n%s\nwant %s", tag, got, want)
+		}
+	}
+
+	data := t.TempDir()
+	// Unpacked in Go, with the paths kept under data (the payload's names
+	// are absolute).
+	f, err := os.Open(p.rpm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := rpmutils.ReadRpm(f)
+	if err != nil {
+		t.Fatalf("read %s: %v", p.rpm, err)
+	}
+	if err := r.ExpandPayload(data); err != nil {
+		t.Fatalf("unpack %s: %v", p.rpm, err)
+	}
+	checkTree(t, p.root, data)
+}
+
+// TestDebInstallPurge installs the deb into a temporary root, upgrades it in
+// place, removes and purges it. dpkg runs the maintainer scripts outside the
+// root with DPKG_ROOT set, as for any installation into another root.
+func TestDebInstallPurge(t *testing.T) {
+	need(t, "dpkg")
+	needRoot(t)
+	p := packages(t)
+
+	root := t.TempDir()
+	admin := filepath.Join(root, "var/lib/dpkg")
+	for _, d := range []string{"info", "updates", "triggers"} {
+		mkdir(t, filepath.Join(admin, d))
+	}
+	for _, f := range []string{"status", "available"} {
+		write(t, filepath.Join(admin, f), "")
+	}
+	dpkg := func(args ...string) string {
+		return output(t, "", "dpkg", append([]string{"--root=" + root, "--force-script-chrootless"}, args...)...)
+	}
+
+	dpkg("--install", p.deb)
+	checkInstalled(t, root)
+	listed := strings.Fields(dpkg("--listfiles", "node-resized"))
+	for _, f := range shipped {
+		if !slices.Contains(listed, f.path) {
+			t.Errorf("dpkg -L does not list %s: %v", f.path, listed)
+		}
+	}
+	if st := dpkg("--status", "node-resized"); !strings.Contains(st, "Status: install ok installed") {
+		t.Errorf("dpkg -s:\n%s", st)
+	}
+
+	// What a running daemon and an administrator leave behind.
+	made := pretendUsed(t, root)
+
+	// An upgrade (the same version again takes the same path: prerm and
+	// postrm upgrade) keeps the state and the edited configuration.
+	dpkg("--install", p.deb)
+	checkInstalled(t, root)
+	for _, f := range made {
+		mustExist(t, filepath.Join(root, f))
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/default/node-resized")); !strings.Contains(string(b), `NODE_RESIZED_ARGS="--standalone"`) {
+		t.Error("an upgrade lost the edited /etc/default/node-resized")
+	}
+
+	// Remove: the programs go, the configuration and the state stay.
+	dpkg("--remove", "node-resized")
+	for _, f := range shipped {
+		if _, err := os.Lstat(filepath.Join(root, f.path)); f.config != (err == nil) {
+			t.Errorf("after dpkg --remove: %s: %v", f.path, err)
+		}
+	}
+	for _, f := range made {
+		mustExist(t, filepath.Join(root, f))
+	}
+
+	// Purge: nothing of the package is left, only the dpkg database and the
+	// directories the test made.
+	dpkg("--purge", "node-resized")
+	if st, err := os.ReadFile(filepath.Join(admin, "status")); err != nil || strings.Contains(string(st), "Package: node-resized") {
+		t.Errorf("after dpkg --purge, the dpkg database still knows the package (%v):\n%s", err, st)
+	}
+	left := leftovers(t, root, func(rel string, d fs.DirEntry) bool {
+		return rel == "var/lib/dpkg" || strings.HasPrefix(rel, "var/lib/dpkg/") ||
+			(d.IsDir() && slices.Contains([]string{"var", "var/lib", "run", "etc", "etc/systemd", "etc/systemd/system", "etc/systemd/system/multi-user.target.wants"}, rel))
+	})
+	if len(left) > 0 {
+		t.Errorf("dpkg --purge left %v", left)
+	}
+}
+
+// TestRPMInstallErase installs the rpm into a temporary root, reinstalls it
+// (the upgrade path) and erases it. rpm runs the scriptlets chrooted in the
+// root, so the root gets a shell and rm copied from this machine, and
+// /run/systemd/system as on a machine booted with systemd (but no
+// systemctl).
+func TestRPMInstallErase(t *testing.T) {
+	need(t, "rpm", "ldd")
+	needRoot(t)
+	p := packages(t)
+
+	root := t.TempDir()
+	scaffold := chrootShell(t, root)
+	mkdir(t, filepath.Join(root, "run/systemd/system"))
+	rpm := func(args ...string) string {
+		return output(t, "", "rpm", append([]string{"--root", root, "--dbpath", "/var/lib/rpm"}, args...)...)
+	}
+	rpm("--initdb")
+	rpm("--install", p.rpm)
+	checkInstalled(t, root)
+	if got := strings.Fields(rpm("-ql", "node-resized")); len(got) != len(shipped) {
+		t.Errorf("rpm -ql: %v", got)
+	}
+
+	made := pretendUsed(t, root)
+	rpm("--reinstall", p.rpm)
+	checkInstalled(t, root)
+	for _, f := range made {
+		mustExist(t, filepath.Join(root, f))
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/default/node-resized")); !strings.Contains(string(b), `NODE_RESIZED_ARGS="--standalone"`) {
+		t.Error("a reinstall lost the edited /etc/default/node-resized")
+	}
+
+	// Erase is final in rpm: the state goes too. rpm keeps the edited
+	// configuration as .rpmsave, and the directories it does not own.
+	rpm("--erase", "node-resized")
+	left := leftovers(t, root, func(rel string, d fs.DirEntry) bool {
+		return d.IsDir() || scaffold[rel] || strings.HasPrefix(rel, "var/lib/rpm/") ||
+			rel == "etc/default/node-resized.rpmsave"
+	})
+	if len(left) > 0 {
+		t.Errorf("rpm --erase left %v", left)
+	}
+	for _, d := range []string{"var/lib/node-resized", "run/node-resized"} {
+		if _, err := os.Lstat(filepath.Join(root, d)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("rpm --erase left %s (%v)", d, err)
+		}
+	}
+}
+
+// chrootShell copies /bin/sh and rm with the libraries they load into root
+// and returns the paths it made, relative to root.
+func chrootShell(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	made := map[string]bool{}
+	copyFile := func(src, dst string) {
+		b, err := os.ReadFile(src) // through symlinks
+		if err != nil {
+			t.Fatal(err)
+		}
+		mkdir(t, filepath.Dir(filepath.Join(root, dst)))
+		if err := os.WriteFile(filepath.Join(root, dst), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		made[strings.TrimPrefix(dst, "/")] = true
+	}
+	for _, prog := range []string{"/bin/sh", "/bin/rm"} {
+		copyFile(prog, prog)
+		// libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)
+		// /lib64/ld-linux-x86-64.so.2 (0x...)
+		for _, line := range strings.Split(output(t, "", "ldd", prog), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/") {
+				copyFile(f[2], f[2])
+			} else if len(f) >= 1 && strings.HasPrefix(f[0], "/") {
+				copyFile(f[0], f[0])
+			}
+		}
+	}
+	if out, err := exec.Command("chroot", root, "/bin/sh", "-c", "rm -f /nothing && echo ok").CombinedOutput(); err != nil || string(out) != "ok\n" {
+		t.Fatalf("the shell does not run in the chroot: %v\n%s", err, out)
+	}
+	return made
+}
+
+// checkInstalled checks the packaged files in root and their modes.
+func checkInstalled(t *testing.T, root string) {
+	t.Helper()
+	for _, f := range shipped {
+		st, err := os.Lstat(filepath.Join(root, f.path))
+		if err != nil {
+			t.Errorf("not installed: %v", err)
+			continue
+		}
+		if st.Mode() != f.mode {
+			t.Errorf("%s: mode %v, want %v", f.path, st.Mode(), f.mode)
+		}
+	}
+	checkUnit(t, filepath.Join(root, "usr/lib/systemd/system/node-resized.service"), "/usr/bin")
+}
+
+// pretendUsed makes in root what the daemon makes while it runs (its state,
+// one moved aside as unreadable, its socket), what `systemctl enable` makes,
+// and edits the configuration. It returns the files, relative to root.
+func pretendUsed(t *testing.T, root string) []string {
+	t.Helper()
+	files := []string{
+		"var/lib/node-resized/state.json",
+		"var/lib/node-resized/state.json.corrupt-20260101T000000",
+		"run/node-resized/node-resized.sock",
+	}
+	for _, f := range files {
+		mkdir(t, filepath.Dir(filepath.Join(root, f)))
+		write(t, filepath.Join(root, f), "{}\n")
+	}
+	link := "etc/systemd/system/multi-user.target.wants/node-resized.service"
+	mkdir(t, filepath.Dir(filepath.Join(root, link)))
+	if err := os.Symlink("/usr/lib/systemd/system/node-resized.service", filepath.Join(root, link)); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(root, "etc/default/node-resized")
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, conf, string(b)+"NODE_RESIZED_ARGS=\"--standalone\"\n")
+	return append(files, link)
+}
+
+// leftovers lists what is in root, relative to it, except what keep accepts.
+func leftovers(t *testing.T, root string, keep func(rel string, d fs.DirEntry) bool) []string {
+	t.Helper()
+	var left []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		if !keep(rel, d) {
+			left = append(left, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(left)
+	return left
+}
+
+func mustExist(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Lstat(path); err != nil {
+		t.Error(err)
+	}
+}
+
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestScriptsWithSystemd runs the maintainer scripts as on a machine booted
+// with systemd (a private /run with /run/systemd/system, in a mount
+// namespace of their own) against a systemctl that records what it is asked.
+// The scripts reload systemd, restart a running daemon on upgrade, stop it on
+// removal, and never enable or start it. The scripts that delete the state
+// (deb purge, rpm erase) run in the install tests, in temporary roots.
+func TestScriptsWithSystemd(t *testing.T) {
+	need(t, "unshare", "mount")
+	needRoot(t)
+	p := packages(t)
+
+	bin := t.TempDir()
+	calls := filepath.Join(t.TempDir(), "calls")
+	write(t, filepath.Join(bin, "systemctl"), "#!/bin/sh\necho \"$*\" >>\"$SYSTEMCTL_CALLS\"\nexit \"${SYSTEMCTL_EXIT:-0}\"\n")
+	if err := os.Chmod(filepath.Join(bin, "systemctl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The systemd test: /run/systemd/system exists only in the namespace.
+	if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/system").CombinedOutput(); err != nil {
+		t.Skipf("no mount namespace here (unshare --mount): %v\n%s", err, out)
+	}
+
+	// The wrapper finds its programs whatever PATH the script gets.
+	mount, _ := exec.LookPath("mount")
+	mkdirProg, err := exec.LookPath("mkdir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := mount + " -t tmpfs tmpfs /run && " + mkdirProg + ` -p /run/systemd/system && exec /bin/sh "$@"`
+
+	const reload, restart, stop = "daemon-reload", "try-restart node-resized.service", "stop node-resized.service"
+	for _, c := range []struct {
+		script string
+		args   []string
+		env    []string // added to the environment
+		want   []string // systemctl's arguments, one call each
+	}{
+		{"deb/postinst", []string{"configure", ""}, nil, []string{reload}},
+		{"deb/postinst", []string{"configure", "1.2.2"}, nil, []string{reload, restart}},
+		{"deb/postinst", []string{"abort-upgrade", "1.2.4"}, nil, []string{reload}},
+		{"deb/postinst", []string{"configure", "1.2.2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{reload, restart}},
+		// Installed into another root: the running systemd is not its own.
+		{"deb/postinst", []string{"configure", ""}, []string{"DPKG_ROOT=/srv/root"}, nil},
+		// No systemctl at all.
+		{"deb/postinst", []string{"configure", ""}, []string{"PATH=/nonexistent"}, nil},
+		{"deb/prerm", []string{"remove"}, nil, []string{stop}},
+		{"deb/prerm", []string{"upgrade", "1.2.4"}, nil, nil},
+		{"deb/prerm", []string{"failed-upgrade", "1.2.4"}, nil, nil},
+		{"deb/prerm", []string{"remove"}, []string{"PATH=/nonexistent"}, nil},
+		{"deb/postrm", []string{"remove"}, nil, []string{reload}},
+		{"deb/postrm", []string{"upgrade", "1.2.4"}, nil, nil},
+		{"rpm/post", []string{"1"}, nil, []string{reload}},
+		{"rpm/post", []string{"2"}, nil, []string{reload, restart}},
+		{"rpm/post", []string{"2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{reload, restart}},
+		{"rpm/preun", []string{"0"}, nil, []string{stop}},
+		{"rpm/preun", []string{"1"}, nil, nil},
+		{"rpm/postun", []string{"1"}, nil, nil},
+	} {
+		name := c.script + " " + strings.Join(c.args, " ") + " " + strings.Join(c.env, " ")
+		if err := os.WriteFile(calls, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "DPKG_ROOT=") })
+		env = append(env, "PATH="+bin+":"+os.Getenv("PATH"), "SYSTEMCTL_CALLS="+calls)
+		env = append(env, c.env...) // the last PATH wins
+		cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "/bin/sh", "-c", wrapper, "sh",
+			filepath.Join(p.root, "packaging/scripts", c.script)}, c.args...)...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", name, err, out)
+			continue
+		}
+		b, err := os.ReadFile(calls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if l != "" {
+				got = append(got, l)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: systemctl %q, want %q", name, got, c.want)
+		}
+		for _, call := range got {
+			if f := strings.Fields(call); slices.Contains(f, "enable") || slices.Contains(f, "start") {
+				t.Errorf("%s: systemctl %s: the package must not enable or start the service", name, call)
+			}
+		}
+	}
+}
