@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/node-resized/node-resized/resources"
 
 	"github.com/node-resized/node-resized/decide"
@@ -73,6 +75,9 @@ type Config struct {
 	// enforced, and an eviction counts as done at once.
 	Enforcer Enforcer
 	Evictor  Evictor
+	// Clock is the agent's time (default the real clock): decisions are
+	// taken at its Now, and requeued passes wait on its timers.
+	Clock clock.WithTicker
 }
 
 // Status is the agent's view for the local API. It is a plain value.
@@ -90,6 +95,7 @@ type Status struct {
 // Agent is safe for concurrent use; Run must be called once.
 type Agent struct {
 	cfg   Config
+	clock clock.WithTicker
 	relay Relay
 	log   *slog.Logger
 	m     *metrics.Metrics
@@ -120,7 +126,10 @@ func New(cfg Config, relay Relay) *Agent {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
 	}
-	a := &Agent{cfg: cfg, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	a := &Agent{cfg: cfg, clock: cfg.Clock, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
 	if cfg.StatePath != "" {
 		st, err := LoadState(cfg.StatePath)
 		switch {
@@ -209,119 +218,184 @@ func (a *Agent) ReportEviction(r decide.EvictionReport) {
 
 // Run decides on every input until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	var requeue clock.Timer
+	defer func() {
+		if requeue != nil {
+			requeue.Stop()
+		}
+	}()
 	for {
+		var fire <-chan time.Time
+		if requeue != nil {
+			fire = requeue.C()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-a.wake:
-		case <-timer.C:
+		case <-fire:
 		}
 		if after := a.pass(ctx); after > 0 {
-			timer.Reset(after)
+			if requeue != nil {
+				requeue.Stop()
+			}
+			requeue = a.clock.NewTimer(after)
 		}
 	}
+}
+
+// passInput is one pass's input and what the agent knew beside it.
+type passInput struct {
+	in     decide.Input
+	snap   *topology.Snapshot
+	since  time.Time // the first uevent of the hardware change not yet published
+	source string
 }
 
 // pass takes one decision and carries it out; it returns when to decide
 // again without new input (0: not needed).
 func (a *Agent) pass(ctx context.Context) time.Duration {
-	a.mu.Lock()
-	if a.physical == nil {
-		a.mu.Unlock()
+	p, ok := a.gather()
+	if !ok {
 		return 0
+	}
+	d := decide.Decide(p.in)
+	if d.Err != nil {
+		a.log.Warn("input refused", "err", d.Err)
+	}
+	a.account(p.in.Previous.Applied, d.Next.Applied)
+	published, again := a.carryOut(ctx, d, p)
+	if !a.started {
+		a.resumeEviction(ctx, p.in, d)
+		if !published {
+			// The first pass of this process publishes what it stands
+			// for even when nothing changed: the Node may show
+			// something else after a restart.
+			a.relay.Publish(decide.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: p.since})
+			published = true
+		}
+	}
+	a.started = true
+	a.record(p, d, published)
+	if again {
+		a.poke()
+	}
+	return d.RequeueAfter
+}
+
+// gather takes the inputs for a pass; false when there is no model yet.
+func (a *Agent) gather() (passInput, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.physical == nil {
+		return passInput{}, false
 	}
 	conf := a.configured
 	if !a.haveNode {
 		conf = configuredFromKey(a.state.Spec)
 	}
-	in := decide.Input{
-		Physical:     *a.physical,
-		Configured:   conf,
-		Reservations: a.cfg.Reservations,
-		JitterMemory: a.cfg.JitterMemory,
-		Previous:     a.state,
-		Now:          time.Now(),
-		Eviction:     a.eviction,
-		Policy:       a.cfg.Policy,
-	}
-	snap, since, source := a.snap, a.since, a.source
-	a.mu.Unlock()
+	return passInput{
+		in: decide.Input{
+			Physical:     *a.physical,
+			Configured:   conf,
+			Reservations: a.cfg.Reservations,
+			JitterMemory: a.cfg.JitterMemory,
+			Previous:     a.state,
+			Now:          a.clock.Now(),
+			Eviction:     a.eviction,
+			Policy:       a.cfg.Policy,
+		},
+		snap: a.snap, since: a.since, source: a.source,
+	}, true
+}
 
-	d := decide.Decide(in)
-	if d.Err != nil {
-		a.log.Warn("input refused", "err", d.Err)
-	}
-	a.account(in.Previous.Applied, d.Next.Applied)
-	again, published := false, false
+// carryOut carries out the decision's actions in order. It reports whether
+// a Node status was published, and whether another pass is due at once
+// (an eviction that counts as done).
+func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (published, again bool) {
 	for _, act := range d.Actions {
 		switch x := act.(type) {
 		case decide.PatchNodeStatus:
-			a.relay.Publish(decide.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: since})
+			a.relay.Publish(decide.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: p.since})
 			published = true
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)
 			a.log.Info("event", "type", string(x.Type), "reason", x.Reason, "message", x.Message)
 		case decide.ClampCgroups, decide.GrowCgroups:
-			if a.cfg.Enforcer == nil {
-				a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(act.Kind()))
-				continue
-			}
-			if err := a.cfg.Enforcer.Apply(ctx, act, snap); err != nil {
-				a.log.Error("apply kubepods limits", "action", string(act.Kind()), "err", err)
-			} else if act.Kind() == decide.KindClampCgroups && !since.IsZero() {
-				lat := time.Since(since)
-				a.m.ClampLatency.Observe(lat.Seconds())
-				a.log.Info("kubepods clamped", "latency", lat)
-			}
+			a.enforce(ctx, act, p)
 		case decide.Evict:
-			if a.cfg.Evictor == nil {
-				a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
-				a.mu.Lock()
-				a.eviction = decide.EvictionReport{Generation: x.Generation, Done: true}
-				a.mu.Unlock()
-				again = true
-				continue
-			}
-			a.cfg.Evictor.Start(ctx, x)
+			again = a.evict(ctx, x) || again
 		case decide.RestartKubelet:
 			a.log.Info("kubelet restart wanted but not configured", "capacity", x.Capacity.String())
 		}
 	}
-	if !a.started && in.Previous.Evicting && a.cfg.Evictor != nil && !hasKind(d.Actions, decide.KindEvict) {
-		// The daemon stopped while evicting: take the eviction of the
-		// generation it remembers up again, or it would never finish.
-		a.cfg.Evictor.Start(ctx, decide.Evict{
-			Generation:  in.Previous.Generation,
-			Capacity:    in.Previous.Applied,
-			Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
-			Reason:      decide.EvictionReason,
-		})
+	return published, again
+}
+
+// enforce applies a cgroup action and measures the clamp's latency from
+// the hardware event.
+func (a *Agent) enforce(ctx context.Context, act decide.Action, p passInput) {
+	if a.cfg.Enforcer == nil {
+		a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(act.Kind()))
+		return
 	}
-	if !published && !a.started {
-		// The first pass of this process publishes what it stands for
-		// even when nothing changed: the Node may show something else
-		// after a restart.
-		a.relay.Publish(decide.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: since})
-		published = true
+	if err := a.cfg.Enforcer.Apply(ctx, act, p.snap); err != nil {
+		a.log.Error("apply kubepods limits", "action", string(act.Kind()), "err", err)
+		return
 	}
-	a.started = true
+	if act.Kind() == decide.KindClampCgroups && !p.since.IsZero() {
+		lat := a.clock.Since(p.since)
+		a.m.ClampLatency.Observe(lat.Seconds())
+		a.log.Info("kubepods clamped", "latency", lat)
+	}
+}
+
+// evict starts an eviction pass; without an evictor it counts the pass as
+// done at once and asks for another decision.
+func (a *Agent) evict(ctx context.Context, x decide.Evict) (again bool) {
+	if a.cfg.Evictor == nil {
+		a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
+		a.mu.Lock()
+		a.eviction = decide.EvictionReport{Generation: x.Generation, Done: true}
+		a.mu.Unlock()
+		return true
+	}
+	a.cfg.Evictor.Start(ctx, x)
+	return false
+}
+
+// resumeEviction takes up, on the first pass of this process, the eviction
+// of the generation the state file remembers: the daemon stopped while
+// evicting, and it would never finish otherwise.
+func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.Decision) {
+	if !in.Previous.Evicting || a.cfg.Evictor == nil || hasKind(d.Actions, decide.KindEvict) {
+		return
+	}
+	a.cfg.Evictor.Start(ctx, decide.Evict{
+		Generation:  in.Previous.Generation,
+		Capacity:    in.Previous.Applied,
+		Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
+		Reason:      decide.EvictionReason,
+	})
+}
+
+// record keeps the new state and status, and writes the state file when
+// the state changed.
+func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	a.mu.Lock()
-	if published && a.since.Equal(since) {
+	if published && a.since.Equal(p.since) {
 		a.since = time.Time{}
 	}
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
 	a.status = Status{
-		Configured:       in.Configured,
-		ConfiguredSource: source,
+		Configured:       p.in.Configured,
+		ConfiguredSource: p.source,
 		Target:           d.Target,
 		Allocatable:      d.Allocatable,
 		Condition:        d.Condition,
 		Decisions:        a.status.Decisions + 1,
-		LastDecision:     in.Now,
+		LastDecision:     p.in.Now,
 	}
 	if d.Err != nil {
 		a.status.Error = d.Err.Error()
@@ -337,10 +411,6 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		a.log.Info("decided", "condition", string(d.Condition.Reason), "message", d.Condition.Message,
 			"target", d.Target.String(), "actions", len(d.Actions))
 	}
-	if again {
-		a.poke()
-	}
-	return d.RequeueAfter
 }
 
 // account counts changes of the applied capacity by resource and direction.

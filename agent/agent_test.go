@@ -276,6 +276,11 @@ func (r *orderRelay) Publish(s decide.NodeStatus) {
 	r.fakeRelay.Publish(s)
 }
 
+func (r *orderRelay) Event(t decide.EventType, reason, msg string) {
+	r.log.add("Event/" + reason)
+	r.fakeRelay.Event(t, reason, msg)
+}
+
 func TestClampComesBeforeAnyAPICall(t *testing.T) {
 	ol := &orderLog{}
 	relay := &orderRelay{log: ol}
@@ -296,14 +301,14 @@ func TestClampComesBeforeAnyAPICall(t *testing.T) {
 	waitUntil(t, func() bool {
 		ol.mu.Lock()
 		defer ol.mu.Unlock()
-		return len(ol.calls) >= 3
+		return len(ol.calls) >= 4
 	})
 	ol.mu.Lock()
 	defer ol.mu.Unlock()
 	if ol.calls[0] != string(decide.KindClampCgroups) {
 		t.Fatalf("actuator calls %v: the clamp must come first, before any API call", ol.calls)
 	}
-	var clamp, evict, publish int = -1, -1, -1
+	var clamp, evict, publish, event int = -1, -1, -1, -1
 	for i, c := range ol.calls {
 		switch {
 		case c == string(decide.KindClampCgroups) && clamp < 0:
@@ -312,10 +317,12 @@ func TestClampComesBeforeAnyAPICall(t *testing.T) {
 			evict = i
 		case strings.HasPrefix(c, "Publish/") && publish < 0:
 			publish = i
+		case strings.HasPrefix(c, "Event/") && event < 0:
+			event = i
 		}
 	}
-	if evict < clamp || publish < clamp {
-		t.Errorf("actuator calls %v: want the clamp before the eviction pass and the status patch", ol.calls)
+	if evict < clamp || publish < clamp || event < clamp {
+		t.Errorf("actuator calls %v: want the clamp before the eviction pass, the status patch and the Warning event", ol.calls)
 	}
 }
 

@@ -12,8 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -30,10 +33,11 @@ type Options struct {
 	// Metrics, when set, counts every Apply or Reapply that fails as
 	// resize_errors_total{subsystem="cgroup_update"}.
 	Metrics *metrics.Metrics
-	// ObserveClamp, when set, is called with the duration of every
-	// ClampCgroups that changed something (first read to last read-back),
-	// e.g. to feed a histogram.
-	ObserveClamp func(time.Duration)
+	// ReassertInterval is how often Run puts back the last limits
+	// (default 30s).
+	ReassertInterval time.Duration
+	// Clock drives Run's ticker (default the real clock).
+	Clock clock.WithTicker
 	// SkipMagicCheck judges Root by its layout rather than its filesystem
 	// type (see SkipMagicCheck), for synthetic trees in tests.
 	SkipMagicCheck bool
@@ -80,15 +84,16 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // GrowCgroups carry; it implements the agent's Enforcer. It is safe for
 // concurrent use: applies are serialised, and Status never waits for one.
 type Enforcer struct {
-	paths        Paths
-	mode         Mode
-	unsupported  string
-	log          *slog.Logger
-	m            *metrics.Metrics
-	observeClamp func(time.Duration)
-	w            writer
-	now          func() time.Time
-	pageSize     int64
+	paths       Paths
+	mode        Mode
+	unsupported string
+	log         *slog.Logger
+	m           *metrics.Metrics
+	w           writer
+	clock       clock.WithTicker
+	interval    time.Duration
+	now         func() time.Time
+	pageSize    int64
 
 	applyMu sync.Mutex // serialises Apply and Reapply, and guards the fields below
 	last    decide.Action
@@ -115,19 +120,26 @@ func New(opts Options) (*Enforcer, error) {
 		dopts = append(dopts, SkipMagicCheck())
 	}
 	e := &Enforcer{
-		paths:        paths,
-		log:          opts.Logger,
-		m:            opts.Metrics,
-		observeClamp: opts.ObserveClamp,
-		w:            opts.writer,
-		now:          opts.now,
-		pageSize:     int64(os.Getpagesize()),
+		paths:    paths,
+		log:      opts.Logger,
+		m:        opts.Metrics,
+		w:        opts.writer,
+		clock:    opts.Clock,
+		interval: opts.ReassertInterval,
+		now:      opts.now,
+		pageSize: int64(os.Getpagesize()),
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
+	if e.clock == nil {
+		e.clock = clock.RealClock{}
+	}
 	if e.now == nil {
-		e.now = time.Now
+		e.now = e.clock.Now
+	}
+	if e.interval <= 0 {
+		e.interval = DefaultReassertInterval
 	}
 	e.mode, err = Detect(paths.Root, dopts...)
 	switch {
@@ -146,11 +158,34 @@ func New(opts Options) (*Enforcer, error) {
 	return e, nil
 }
 
-// Paths returns the kubelet cgroups the Enforcer works on.
-func (e *Enforcer) Paths() Paths { return e.paths }
+// DefaultReassertInterval is how often Run puts back the last limits.
+const DefaultReassertInterval = 30 * time.Second
 
-// Mode returns the layout of the cgroup hierarchy.
-func (e *Enforcer) Mode() Mode { return e.mode }
+// Models gives the current machine model; *monitor.Monitor is one.
+type Models interface {
+	Snapshot() (*topology.Snapshot, resources.List)
+}
+
+// Run re-asserts the last applied limits every ReassertInterval until ctx
+// is done: a kubelet that (re)starts writes kubepods from its own view of
+// the machine, and a kubelet that starts late creates kubepods after the
+// last Apply. Each pass reads a few files and writes nothing while they
+// hold; a failure is logged and counted, and the next pass tries again.
+func (e *Enforcer) Run(ctx context.Context, models Models) error {
+	t := e.clock.NewTicker(e.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			snap, _ := models.Snapshot()
+			if err := e.Reapply(ctx, snap); err != nil && ctx.Err() == nil {
+				e.log.Warn("re-assert the kubepods limits", "err", err)
+			}
+		}
+	}
+}
 
 // Apply carries out a decide.ClampCgroups or decide.GrowCgroups with the
 // online CPUs of snap (see the package documentation), and remembers it
@@ -213,22 +248,10 @@ func (e *Enforcer) apply(ctx context.Context, kind decide.ActionKind, gen int64,
 	}
 	start := e.now()
 	ch := Change{Time: start, Action: kind, Generation: gen, Reapply: reapply}
-	kp := e.paths.Kubepods
-	if e.unsupported != "" {
-		ch.Result, ch.Reason = ResultSkipped, e.unsupported
+	if reason := e.skipReason(); reason != "" {
+		ch.Result, ch.Reason = ResultSkipped, reason
 		e.record(ch)
-		return nil
-	}
-	found := isDir(kp.Dir)
-	if found != e.found {
-		e.log.Info("kubepods cgroup appeared or went away", "kubepods", kp.Dir, "found", found)
-		e.found = found
-	}
-	if !found {
-		ch.Result = ResultSkipped
-		ch.Reason = "kubepods cgroup " + kp.Dir + " does not exist (the kubelet has not started yet?)"
-		e.record(ch)
-		e.log.Debug("kubepods limits not applied", "action", string(kind), "reason", ch.Reason)
+		e.log.Debug("kubepods limits not applied", "action", string(kind), "reason", reason)
 		return nil
 	}
 
@@ -236,72 +259,110 @@ func (e *Enforcer) apply(ctx context.Context, kind decide.ActionKind, gen int64,
 	ops, errs := e.limitOps(lim)
 	cpuOps, cpuErrs := e.cpusetOps(snap)
 	ops, errs = append(ops, cpuOps...), append(errs, cpuErrs...)
-	written := 0
-	for _, o := range ops {
-		fc := FileChange{Path: o.path(), Before: o.before, Want: o.want, After: o.before, Note: o.note}
-		if o.write {
-			if err := ctx.Err(); err != nil {
-				errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: err})
-				fc.Note = "not written: " + err.Error()
-				ch.Files = append(ch.Files, fc)
-				continue
-			}
-			err := e.w.set(o)
-			var fb *fallbackError
-			switch {
-			case err == nil:
-				fc.Written = true
-			case errors.As(err, &fb):
-				fc.Written, fc.Note = true, "written to the file only: "+fb.Error()
-				errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: err})
-			default:
-				errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: err})
-			}
-			after, rerr := readValue(fc.Path)
-			switch {
-			case rerr != nil:
-				errs = append(errs, fmt.Errorf("read back: %w", rerr))
-				fc.After = ""
-			case fc.Written && !o.holds(after):
-				errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: fmt.Errorf("reads back %q", after)})
-				fc.After = after
-			default:
-				fc.After = after
-			}
-			if fc.Written {
-				written++
-			}
-		}
-		ch.Files = append(ch.Files, fc)
-	}
+	var written int
+	ch.Files, written, errs = e.write(ctx, ops, errs)
 	ch.OOMKillsAfter = e.oomKills()
 	elapsed := e.now().Sub(start)
 	ch.DurationSeconds = elapsed.Seconds()
 
 	err := errors.Join(errs...)
+	e.conclude(&ch, written, err, elapsed)
+	e.record(ch)
+	if err != nil {
+		return fmt.Errorf("apply %s (generation %d) to %s: %w", kind, gen, e.paths.Kubepods.Dir, err)
+	}
+	return nil
+}
+
+// skipReason says why nothing can be applied now (cgroup v1, no kubepods
+// yet), or "".
+func (e *Enforcer) skipReason() string {
+	if e.unsupported != "" {
+		return e.unsupported
+	}
+	kp := e.paths.Kubepods
+	found := isDir(kp.Dir)
+	if found != e.found {
+		e.log.Info("kubepods cgroup appeared or went away", "kubepods", kp.Dir, "found", found)
+		e.found = found
+	}
+	if !found {
+		return "kubepods cgroup " + kp.Dir + " does not exist (the kubelet has not started yet?)"
+	}
+	return ""
+}
+
+// write carries out the ops that need a write, reads every file back, and
+// returns what each file went through, how many were written, and errs
+// with the failures added.
+func (e *Enforcer) write(ctx context.Context, ops []*op, errs []error) ([]FileChange, int, []error) {
+	files := make([]FileChange, 0, len(ops))
+	written := 0
+	for _, o := range ops {
+		fc := FileChange{Path: o.path(), Before: o.before, Want: o.want, After: o.before, Note: o.note}
+		if o.write {
+			var err error
+			if fc, err = e.writeOne(ctx, o, fc); err != nil {
+				errs = append(errs, err)
+			}
+			if fc.Written {
+				written++
+			}
+		}
+		files = append(files, fc)
+	}
+	return files, written, errs
+}
+
+// writeOne writes one op and reads it back.
+func (e *Enforcer) writeOne(ctx context.Context, o *op, fc FileChange) (FileChange, error) {
+	if err := ctx.Err(); err != nil {
+		fc.Note = "not written: " + err.Error()
+		return fc, &WriteError{Path: fc.Path, Value: o.want, Err: err}
+	}
+	var errs []error
+	err := e.w.set(o)
+	var fb *fallbackError
+	switch {
+	case err == nil:
+		fc.Written = true
+	case errors.As(err, &fb):
+		fc.Written, fc.Note = true, "written to the file only: "+fb.Error()
+		errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: err})
+	default:
+		errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: err})
+	}
+	after, rerr := readValue(fc.Path)
+	switch {
+	case rerr != nil:
+		errs = append(errs, fmt.Errorf("read back: %w", rerr))
+		fc.After = ""
+	case fc.Written && !o.holds(after):
+		errs = append(errs, &WriteError{Path: fc.Path, Value: o.want, Err: fmt.Errorf("reads back %q", after)})
+		fc.After = after
+	default:
+		fc.After = after
+	}
+	return fc, errors.Join(errs...)
+}
+
+// conclude sets the change's result and logs it.
+func (e *Enforcer) conclude(ch *Change, written int, err error, elapsed time.Duration) {
 	switch {
 	case err != nil:
 		ch.Result, ch.Error = ResultFailed, err.Error()
 		if e.m != nil {
 			e.m.ResizeErrors.WithLabelValues("cgroup_update").Inc()
 		}
-		e.log.Warn("kubepods limits not fully applied", "action", string(kind), "generation", gen,
-			"reapply", reapply, "written", written, "changes", summarize(ch.Files), "err", err)
+		e.log.Warn("kubepods limits not fully applied", "action", string(ch.Action), "generation", ch.Generation,
+			"reapply", ch.Reapply, "written", written, "changes", summarize(ch.Files), "err", err)
 	case written > 0:
 		ch.Result = ResultChanged
-		e.log.Info("kubepods limits applied", "action", string(kind), "generation", gen, "reapply", reapply,
-			"changes", summarize(ch.Files), "oomKills", oomDelta(ch), "duration", elapsed)
+		e.log.Info("kubepods limits applied", "action", string(ch.Action), "generation", ch.Generation, "reapply", ch.Reapply,
+			"changes", summarize(ch.Files), "oomKills", oomDelta(*ch), "duration", elapsed)
 	default:
 		ch.Result = ResultUnchanged
 	}
-	if kind == decide.KindClampCgroups && ch.Result == ResultChanged && e.observeClamp != nil {
-		e.observeClamp(elapsed)
-	}
-	e.record(ch)
-	if err != nil {
-		return fmt.Errorf("apply %s (generation %d) to %s: %w", kind, gen, kp.Dir, err)
-	}
-	return nil
 }
 
 // kubepodsDir is the kubepods directory to look for: on cgroup v1 the one

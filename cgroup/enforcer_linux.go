@@ -59,7 +59,7 @@ func newWriter(driver string) writer {
 // the freezer skipped as the kubelet's own requests skip them, so that
 // nothing else of the cgroup is touched (no swap, no cpu.max, no device
 // filter, no freeze).
-func resources(o *op) *cgroups.Resources {
+func libResources(o *op) *cgroups.Resources {
 	r := &cgroups.Resources{SkipDevices: true, SkipFreezeOnSet: true}
 	switch o.kind {
 	case kindMemory:
@@ -78,7 +78,7 @@ func resources(o *op) *cgroups.Resources {
 }
 
 func (w *libWriter) set(o *op) error {
-	r := resources(o)
+	r := libResources(o)
 	c := &cgroups.Cgroup{Resources: r}
 	if w.systemd {
 		c.Name, c.Parent, c.Systemd = o.g.Unit, o.g.Parent, true

@@ -10,15 +10,19 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -509,25 +513,68 @@ func TestCancelledContextWritesNothing(t *testing.T) {
 	}
 }
 
-func TestClampLatencyObserved(t *testing.T) {
+func TestApplyDuration(t *testing.T) {
 	tr := newTree(t, DriverCgroupfs, "/")
-	var observed []time.Duration
 	clock := epoch
 	e, _, _ := newTestEnforcer(t, tr, nil, func(o *Options) {
-		o.ObserveClamp = func(d time.Duration) { observed = append(observed, d) }
 		o.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
 	})
-	ctx := context.Background()
-	_ = e.Apply(ctx, clamp(1, 3, 6*gib), online(0, 1, 2))   // changed: observed
-	_ = e.Apply(ctx, clamp(1, 3, 6*gib), online(0, 1, 2))   // unchanged
-	_ = e.Apply(ctx, grow(2, 4, 7*gib), online(0, 1, 2, 3)) // a grow
-	if len(observed) != 1 || observed[0] != time.Millisecond {
-		t.Errorf("observed %v, want one 1ms clamp", observed)
-	}
+	_ = e.Apply(context.Background(), clamp(1, 3, 6*gib), online(0, 1, 2))
 	if got := e.Status().Last.DurationSeconds; got != 0.001 {
-		t.Errorf("duration %v", got)
+		t.Errorf("duration %v, want 1ms from the first read to the last read-back", got)
 	}
 }
+
+// TestRunReasserts: the enforcer's own loop puts the last limits back
+// after the kubelet rewrote them, on its ticker, with the model it is
+// given.
+func TestRunReasserts(t *testing.T) {
+	tr := newTree(t, DriverCgroupfs, "/")
+	fake := clocktesting.NewFakeClock(epoch)
+	e, _, _ := newTestEnforcer(t, tr, nil, func(o *Options) { o.Clock = fake; o.ReassertInterval = time.Minute })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := e.Apply(ctx, clamp(1, 3, 6*gib), online(0, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join(e.paths.Kubepods.Dir, "memory.max")
+	// The kubelet restarts and writes its boot-time value.
+	if err := os.WriteFile(mem, []byte("8589934592"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, models{online(0, 1, 2)}) }()
+	for !fake.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	if b, _ := os.ReadFile(mem); strings.TrimSpace(string(b)) != "8589934592" {
+		t.Fatalf("memory.max %q rewritten before the ticker fired", b)
+	}
+	fake.Step(time.Minute)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(mem)
+		if strings.TrimSpace(string(b)) == strconv.FormatInt(6*gib, 10) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory.max %q not re-asserted to %d", b, 6*gib)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := e.Status().Last; !st.Reapply || st.Result != ResultChanged {
+		t.Errorf("last change %+v, want a re-assert that changed memory.max", st)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// models is a fixed machine model for Run.
+type models struct{ snap *topology.Snapshot }
+
+func (m models) Snapshot() (*topology.Snapshot, resources.List) { return m.snap, m.snap.Capacity() }
 
 func TestHistoryKeepsTheNewest(t *testing.T) {
 	tr := newTree(t, DriverCgroupfs, "/")
