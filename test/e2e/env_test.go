@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,10 @@ type envOptions struct {
 	kubeletGap time.Duration // the stand-in kubelet's status update period (0: 10s)
 	bootCPU    int64         // the stand-in kubelet's boot-time cpu capacity
 	bootMemory string
-	args       []string // more daemon flags
+	// shipped runs the daemon with its shipped detection settings: no
+	// faster MemTotal watch than its default.
+	shipped bool
+	args    []string // more daemon flags
 }
 
 const blockSize = 128 << 20
@@ -74,7 +78,10 @@ func setup(t *testing.T, node string, o envOptions) *env {
 	_ = e.admin.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 
 	args := []string{"--node-name", node, "--state-file", filepath.Join(t.TempDir(), "state.json"),
-		"--kubelet-root-dir", "", "--memtotal-interval", "100ms"}
+		"--kubelet-root-dir", ""}
+	if !o.shipped {
+		args = append(args, "--memtotal-interval", "100ms")
+	}
 	if !o.realSysfs {
 		e.tree = machine(o.cpus).WriteTree(t, topologytest.Dir(t))
 		args = append(args, "--sysfs-root", e.tree.Sys, "--procfs-root", e.tree.Proc)
@@ -141,7 +148,8 @@ func (e *env) resync() {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := e.d.Client.Resync(ctx); err != nil {
+	var res struct{ Changed bool }
+	if err := e.daemonAPI(ctx, http.MethodPost, "/v1/resync", &res); err != nil {
 		e.t.Fatalf("resync: %v", err)
 	}
 }
