@@ -11,21 +11,43 @@ import (
 	"sync"
 	"time"
 
+	"github.com/node-resized/node-resized/agent"
+	"github.com/node-resized/node-resized/cgroup"
+	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 )
 
-// Info describes the daemon to API clients.
+// Info describes the daemon to API clients and names the parts whose
+// status GET /v1/status shows. A nil part is left out.
 type Info struct {
 	Version  string
 	Hostname string
 	Mode     string
-	// Kubernetes, when set, reports the decision and the relay's view in
-	// /v1/status.
-	Kubernetes func() *KubernetesStatus
-	// Enforcement, when set, reports the cgroup enforcer's status (any
-	// JSON-encodable value) in /v1/status.
-	Enforcement func() any
+	// NodeName is the Node the daemon speaks for; empty in standalone
+	// mode.
+	NodeName string
+	// Decisions is the decision loop (*agent.Agent).
+	Decisions Decisions
+	// Relay is the API relay (*kube.Relay); nil in standalone mode.
+	Relay Relay
+	// Enforcement is the kubepods cgroup enforcer (*cgroup.Enforcer).
+	Enforcement Enforcement
+}
+
+// Decisions is what the API reads of the decision loop.
+type Decisions interface {
+	Status() agent.Status
+}
+
+// Relay is what the API reads of the API relay.
+type Relay interface {
+	Stats() decide.RelayStats
+}
+
+// Enforcement is what the API reads of the kubepods cgroup enforcer.
+type Enforcement interface {
+	Status() cgroup.Status
 }
 
 // Server serves the local API over a monitor. It is safe for concurrent use.
@@ -141,11 +163,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if c, ok := s.mon.LastChange(); ok {
 		st.LastChange = &c
 	}
-	if s.info.Kubernetes != nil {
-		st.Kubernetes = s.info.Kubernetes()
+	if s.info.Decisions != nil {
+		st.Kubernetes = kubernetesStatus(s.info)
 	}
 	if s.info.Enforcement != nil {
-		if b, err := json.Marshal(s.info.Enforcement()); err == nil {
+		if b, err := json.Marshal(s.info.Enforcement.Status()); err == nil {
 			st.Enforcement = b
 		}
 	}
@@ -262,4 +284,31 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, Error{Error: msg})
+}
+
+// kubernetesStatus is the decision loop's and the relay's view.
+func kubernetesStatus(info Info) *KubernetesStatus {
+	st := info.Decisions.Status()
+	out := &KubernetesStatus{
+		Configured:       st.Configured.Raw,
+		ConfiguredSource: st.ConfiguredSource,
+		Target:           st.Target,
+		Allocatable:      st.Allocatable,
+		Condition: Condition{
+			Status:             string(st.Condition.Status),
+			Reason:             string(st.Condition.Reason),
+			Message:            st.Condition.Message,
+			LastTransitionTime: st.Condition.LastTransitionTime,
+		},
+		Error: st.Error,
+	}
+	if st.Configured.Invalid != "" {
+		out.Configured = map[string]string{"invalid": st.Configured.Invalid}
+	}
+	if info.Relay != nil {
+		rs := info.Relay.Stats()
+		out.NodeName = info.NodeName
+		out.Patches, out.LastPatch, out.PatchError, out.PatchPending = rs.Patches, rs.LastPatch, rs.LastError, rs.Pending
+	}
+	return out
 }

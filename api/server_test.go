@@ -16,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/decide"
+
+	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
@@ -97,7 +101,7 @@ type apiEnv struct {
 	served    chan error // Serve's result
 }
 
-func startAPI(t *testing.T) *apiEnv {
+func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 	t.Helper()
 	e := &apiEnv{t: t, metrics: metrics.New(), seq: 3000}
 	e.tree = apiMachine().WriteTree(t, topologytest.Dir(t))
@@ -133,7 +137,11 @@ func startAPI(t *testing.T) *apiEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(e.mon, e.metrics, api.Info{Version: "v0.0.0-test", Hostname: "node-a", Mode: "standalone"}, nil)
+	in := api.Info{Version: "v0.0.0-test", Hostname: "node-a", Mode: "standalone"}
+	if len(info) > 0 {
+		in = info[0]
+	}
+	srv := api.NewServer(e.mon, e.metrics, in, nil)
 	sctx, stopServe := context.WithCancel(context.Background())
 	e.stopServe, e.served = stopServe, make(chan error, 1)
 	go func() { e.served <- srv.Serve(sctx, ln) }()
@@ -308,6 +316,49 @@ func TestServerStatus(t *testing.T) {
 	}
 	if wire.Physical["memory"] != "3490000Ki" || wire.Physical["cpu"] != "7" {
 		t.Errorf("physical on the wire %v, want memory \"3490000Ki\" and cpu \"7\"", wire.Physical)
+	}
+}
+
+type fakeDecisions struct{ st agent.Status }
+
+func (f fakeDecisions) Status() agent.Status { return f.st }
+
+type fakeRelay struct{ st decide.RelayStats }
+
+func (f fakeRelay) Stats() decide.RelayStats { return f.st }
+
+type fakeEnforcement struct{ st cgroup.Status }
+
+func (f fakeEnforcement) Status() cgroup.Status { return f.st }
+
+// TestServerStatusParts: /v1/status shows what the decision loop, the relay
+// and the enforcer report, read through their interfaces.
+func TestServerStatusParts(t *testing.T) {
+	e := startAPI(t, api.Info{
+		Mode: "kubernetes", NodeName: "node-a",
+		Decisions: fakeDecisions{agent.Status{
+			Configured:       decide.Configured{Present: true, Raw: map[string]string{"cpu": "4"}},
+			ConfiguredSource: decide.SourceAnnotation,
+			Target:           resources.List{resources.CPU: 4000, resources.Memory: 8 << 30},
+			Allocatable:      resources.List{resources.CPU: 3500, resources.Memory: 7 << 30},
+			Condition:        decide.Condition{Status: decide.StatusTrue, Reason: decide.ReasonAccepted},
+		}},
+		Relay:       fakeRelay{decide.RelayStats{Patches: 3, Pending: true, LastError: "boom"}},
+		Enforcement: fakeEnforcement{cgroup.Status{Kubepods: "/sys/fs/cgroup/kubepods", Found: true}},
+	})
+	st, err := e.client.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := st.Kubernetes
+	if k == nil || k.NodeName != "node-a" || k.Configured["cpu"] != "4" || k.ConfiguredSource != decide.SourceAnnotation ||
+		resources.Format(resources.CPU, k.Allocatable[resources.CPU]) != "3500m" || k.Target[resources.Memory] != 8<<30 ||
+		k.Condition.Reason != "Accepted" || k.Patches != 3 || !k.PatchPending || k.PatchError != "boom" {
+		t.Fatalf("kubernetes status %+v", k)
+	}
+	var enf cgroup.Status
+	if err := json.Unmarshal(st.Enforcement, &enf); err != nil || !enf.Found || enf.Kubepods != "/sys/fs/cgroup/kubepods" {
+		t.Fatalf("enforcement %s (%v)", st.Enforcement, err)
 	}
 }
 

@@ -45,16 +45,6 @@ func (t Threshold) value(capacity int64) exact {
 	return exact{whole: int64(float64(capacity) * float64(t.Percentage))}
 }
 
-// Amount returns the threshold in base units for a resource whose capacity is
-// capacity, as evictionapi.GetThresholdQuantity computes it (the quantity
-// itself, or int64(float64(capacity) × float64(percentage)), truncated),
-// rounded down to whole units: capacity − Amount(capacity), clamped at 0, is
-// what the kubelet reads back (Quantity.Value, which rounds up) from
-// capacity − threshold. A threshold below one byte gives 0.
-func (t Threshold) Amount(capacity int64) int64 {
-	return t.value(capacity).floor()
-}
-
 // String renders the threshold as written in a KubeletConfiguration.
 func (t Threshold) String() string {
 	switch {
@@ -107,18 +97,6 @@ func ParseThreshold(val string) (t Threshold, ok bool, err error) {
 		return Threshold{}, false, fmt.Errorf("eviction threshold %s does not fit in int64 bytes", val)
 	}
 	return Threshold{Quantity: whole, QuantityNanos: nanos}, true, nil
-}
-
-// ParseReservation parses one systemReserved/kubeReserved entry as
-// ParseReservationExact does and returns its whole part: the amount rounded
-// down to whole units (cpu: rounded to the nearest millicore). Subtracted
-// from an integer capacity it gives what the kubelet reads back (capacity −
-// reservation, Quantity.Value rounding up) for that reservation alone; where
-// several fractional amounts add up, use ParseReservationExact and the
-// SystemReservedNanos/KubeReservedNanos of Reservations.
-func ParseReservation(name, val string) (int64, error) {
-	whole, _, err := ParseReservationExact(name, val)
-	return whole, err
 }
 
 // ParseReservationExact parses one systemReserved/kubeReserved entry exactly
@@ -216,17 +194,10 @@ func (r Reservations) total(name string, capacity int64) exact {
 	return r.static(name).plus(r.eviction(name, capacity))
 }
 
-// Static returns systemReserved + kubeReserved for one resource, added
-// exactly and rounded down to whole units: capacity − Static(name), clamped
-// at 0, is the kubelet's kubepods amount for that resource.
-func (r Reservations) Static(name string) int64 {
-	return r.static(name).floor()
-}
-
 // Eviction returns the hard eviction reservation for one resource of the
 // given capacity, as the kubelet's hardEvictionReservation computes it:
 // memory.available for memory, nodefs.available for ephemeral-storage, none
-// for anything else; rounded down to whole units, as Threshold.Amount.
+// for anything else; rounded down to whole units.
 func (r Reservations) Eviction(name string, capacity int64) int64 {
 	return r.eviction(name, capacity).floor()
 }

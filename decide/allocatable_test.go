@@ -24,7 +24,7 @@ func TestThresholdAmountMirrorsKubeletFloat32(t *testing.T) {
 	// float32(5)/100 is 0.0500000007…: the kubelet reserves a few bytes
 	// more than an exact 5% would.
 	capacity := 8 * Gi
-	got := th.Amount(capacity)
+	got := th.value(capacity).floor()
 	want := int64(float64(capacity) * float64(float32(5)/100))
 	if got != want {
 		t.Fatalf("Amount = %d, want %d", got, want)
@@ -95,8 +95,8 @@ func TestThresholdSubByte(t *testing.T) {
 		// The kubelet: Quantity(capacity − 0.1).Value() rounds back up to
 		// capacity.
 		for _, c := range []int64{0, 1, 1023, 16 * Gi} {
-			if got := th.Amount(c); got != 0 {
-				t.Errorf("%q.Amount(%d) = %d, want 0", val, c, got)
+			if got := th.value(c).floor(); got != 0 {
+				t.Errorf("%q.value(%d).floor() = %d, want 0", val, c, got)
 			}
 			r := Reservations{MemoryAvailable: th}
 			if got := Allocatable(resources.List{"memory": c}, r)["memory"]; got != c {
@@ -106,7 +106,7 @@ func TestThresholdSubByte(t *testing.T) {
 		// A percentage set alongside loses: the quantity wins, as in the
 		// kubelet.
 		th.Percentage = 0.5
-		if got := th.Amount(16 * Gi); got != 0 {
+		if got := th.value(16 * Gi).floor(); got != 0 {
 			t.Errorf("%q with a percentage: Amount = %d, want 0", val, got)
 		}
 	}
@@ -133,7 +133,7 @@ func TestThresholdString(t *testing.T) {
 	}
 }
 
-func TestParseReservation(t *testing.T) {
+func TestParseReservationWhole(t *testing.T) {
 	tests := []struct {
 		name, in string
 		want     int64
@@ -156,15 +156,15 @@ func TestParseReservation(t *testing.T) {
 		{name: "nvidia.com/gpu", in: "1", errPart: "cannot reserve"},
 	}
 	for _, tc := range tests {
-		got, err := ParseReservation(tc.name, tc.in)
+		got, _, err := ParseReservationExact(tc.name, tc.in)
 		if tc.errPart != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.errPart) {
-				t.Errorf("ParseReservation(%s, %q) error = %v, want one containing %q", tc.name, tc.in, err, tc.errPart)
+				t.Errorf("ParseReservationExact(%s, %q) error = %v, want one containing %q", tc.name, tc.in, err, tc.errPart)
 			}
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("ParseReservation(%s, %q) = %d, %v; want %d", tc.name, tc.in, got, err, tc.want)
+			t.Errorf("ParseReservationExact(%s, %q) = %d, %v; want %d", tc.name, tc.in, got, err, tc.want)
 		}
 	}
 }

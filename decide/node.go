@@ -47,3 +47,12 @@ type NodeStatus struct {
 	// It feeds the event-to-acknowledged-patch latency.
 	Since time.Time
 }
+
+// RelayStats are the API relay's counters, as the local API shows them. It
+// is a plain value.
+type RelayStats struct {
+	Patches   uint64    `json:"patches"`
+	LastPatch time.Time `json:"lastPatch,omitempty"`
+	LastError string    `json:"lastError,omitempty"`
+	Pending   bool      `json:"pending"`
+}

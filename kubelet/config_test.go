@@ -99,7 +99,7 @@ func TestLoad(t *testing.T) {
 				if c.Reservations.NodeFsAvailable != (decide.Threshold{}) {
 					t.Fatalf("nodefs.available %+v", c.Reservations.NodeFsAvailable)
 				}
-				if got := c.Reservations.MemoryAvailable.Amount(8 * Gi); got != 429496736 {
+				if got := c.Reservations.Eviction(resources.Memory, 8*Gi); got != 429496736 {
 					t.Fatalf("5%% of 8Gi = %d, want the kubelet's 429496736", got)
 				}
 			},

@@ -23,11 +23,6 @@ func Stopping() {
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 }
 
-// Status sets the one-line status systemctl status shows.
-func Status(status string) {
-	_, _ = daemon.SdNotify(false, "STATUS="+status)
-}
-
 // Watchdog pings systemd's watchdog at half the configured WatchdogSec for as
 // long as alive reports true and ctx is not done. alive should prove that
 // the detection loop still turns, not merely that the process exists. It

@@ -38,6 +38,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/node-resized/node-resized/internal/cpu1test"
 	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
@@ -455,6 +456,7 @@ func TestCAdvisorReference(t *testing.T) {
 // TestCAdvisorReferenceRealMachine compares with cAdvisor on this machine's
 // own /sys and /proc, and checks the adapter against cAdvisor's real SysFs.
 func TestCAdvisorReferenceRealMachine(t *testing.T) {
+	cpu1test.Lock(t, false)
 	fsys, err := NewFS("/sys", "/proc")
 	if err != nil {
 		t.Skipf("no sysfs/procfs here: %v", err)
@@ -479,22 +481,14 @@ func TestCAdvisorReferenceRealMachine(t *testing.T) {
 		ref.NumCores, ref.Memory, ref.Hugepages, len(ref.Nodes))
 }
 
-// TestCAdvisorReferenceCPUHotplug takes cpu1 offline for real and compares
-// again. It changes the machine under every other test running at the same
-// time, so it runs only when NODE_RESIZED_CPU_HOTPLUG_TESTS=1 (as root).
+// TestCAdvisorReferenceCPUHotplug takes cpu1 offline for real (as root)
+// and compares again. It holds the machine-wide cpu1 lock, so no other
+// test flips cpu1 or reads the real machine meanwhile.
 func TestCAdvisorReferenceCPUHotplug(t *testing.T) {
-	if os.Getenv("NODE_RESIZED_CPU_HOTPLUG_TESTS") != "1" {
-		t.Skip("set NODE_RESIZED_CPU_HOTPLUG_TESTS=1 to offline cpu1 for real")
+	cpu1test.Need(t)
+	if err := cpu1test.Set(false); err != nil {
+		t.Fatalf("offline cpu1: %v", err)
 	}
-	const online = "/sys/devices/system/cpu/cpu1/online"
-	if err := os.WriteFile(online, []byte("0"), 0o644); err != nil {
-		t.Skipf("cannot offline cpu1: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := os.WriteFile(online, []byte("1"), 0o644); err != nil {
-			t.Errorf("bring cpu1 back online: %v", err)
-		}
-	})
 	fsys, err := NewFS("/sys", "/proc")
 	if err != nil {
 		t.Fatal(err)

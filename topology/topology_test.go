@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/node-resized/node-resized/internal/cpu1test"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology/topologytest"
 )
@@ -335,6 +336,7 @@ func TestSnapshotJSON(t *testing.T) {
 // The machine this runs on: the model must agree with the kernel's own
 // lists and with /proc/meminfo.
 func TestRealMachine(t *testing.T) {
+	cpu1test.Lock(t, false)
 	fsys, err := NewFS("/sys", "/proc")
 	if err != nil {
 		t.Skipf("no sysfs/procfs here: %v", err)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/node-resized/node-resized/internal/cpu1test"
 )
 
 // listen opens a real Listener and closes it when the test ends.
@@ -153,29 +155,11 @@ func TestRealNotKernelSender(t *testing.T) {
 	}
 }
 
-const cpu1Online = "/sys/devices/system/cpu/cpu1/online"
-
 // TestRealCPUHotplug offlines and onlines cpu1 and expects the kernel's
 // uevents for both.
 func TestRealCPUHotplug(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("offlining a CPU needs root")
-	}
-	f, err := os.OpenFile(cpu1Online, os.O_WRONLY, 0)
-	if err != nil {
-		t.Skipf("cpu1 cannot be hot-unplugged here: %v", err)
-	}
-	f.Close()
-	setOnline := func(v string) error { return os.WriteFile(cpu1Online, []byte(v), 0) }
-	// Whatever happens, cpu1 ends online.
-	t.Cleanup(func() {
-		if err := setOnline("1"); err != nil {
-			t.Errorf("restore cpu1 online: %v", err)
-		}
-	})
-	if err := setOnline("1"); err != nil {
-		t.Fatalf("online cpu1 before the test: %v", err)
-	}
+	cpu1test.Need(t) // whatever happens, cpu1 ends online
+	setOnline := func(v string) error { return cpu1test.Set(v == "1") }
 
 	var rec recorder
 	l := listen(t, rec.options())

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/internal/cpu1test"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/test/internal/daemontest"
 )
@@ -165,24 +166,10 @@ func TestCLIAgainstDaemon(t *testing.T) {
 	}
 }
 
-// TestRealCPUHotplug takes daemontest.CPU1Online offline and back with the real kernel and
+// TestRealCPUHotplug takes cpu1 offline and back with the real kernel and
 // checks that the daemon's socket follows, measuring the detection latency.
 func TestRealCPUHotplug(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to write " + daemontest.CPU1Online)
-	}
-	if b, err := os.ReadFile(daemontest.CPU1Online); err != nil {
-		t.Skipf("daemontest.CPU1Online cannot be offlined on this machine: %v", err)
-	} else if strings.TrimSpace(string(b)) != "1" {
-		if err := daemontest.SetCPU1(true); err != nil {
-			t.Fatalf("bring daemontest.CPU1Online online before the test: %v", err)
-		}
-	}
-	t.Cleanup(func() {
-		if err := daemontest.SetCPU1(true); err != nil {
-			t.Errorf("restore daemontest.CPU1Online online: %v", err)
-		}
-	})
+	cpu1test.Need(t)
 	cycles := 20
 	if v := os.Getenv("NODE_RESIZED_HOTPLUG_CYCLES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -199,7 +186,7 @@ func TestRealCPUHotplug(t *testing.T) {
 	}
 	initial := st.Physical["cpu"] / 1000
 	if !st.CPUs.Online.Contains(1) {
-		t.Fatalf("daemontest.CPU1Online not online at start: %s", st.CPUs.Online)
+		t.Fatalf("cpu1 not online at start: %s", st.CPUs.Online)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -230,7 +217,7 @@ func TestRealCPUHotplug(t *testing.T) {
 	var offLat, onLat []time.Duration
 	for i := range cycles {
 		if err := daemontest.SetCPU1(false); err != nil {
-			t.Fatalf("cycle %d: offline daemontest.CPU1Online: %v", i, err)
+			t.Fatalf("cycle %d: offline cpu1: %v", i, err)
 		}
 		c := await(initial-1, "cpu_offline")
 		if c.Events < 1 || c.Seqnums.Count < 1 {
@@ -247,7 +234,7 @@ func TestRealCPUHotplug(t *testing.T) {
 			}
 		}
 		if err := daemontest.SetCPU1(true); err != nil {
-			t.Fatalf("cycle %d: online daemontest.CPU1Online: %v", i, err)
+			t.Fatalf("cycle %d: online cpu1: %v", i, err)
 		}
 		c = await(initial, "cpu_online")
 		onLat = append(onLat, c.Latency())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/resources"
 )
 
 // TestCPUWeightCopyIsTheKubelets checks the copy of getCPUWeight in
@@ -96,7 +97,7 @@ func TestThresholdsMatchKubelet(t *testing.T) {
 			want := evictionapi.GetThresholdQuantity(kth[0].Value, resource.NewQuantity(c, resource.BinarySI))
 			// What reaches allocatable: capacity minus the threshold,
 			// clamped at 0, read back as an integer (nodestatus.MachineInfo).
-			if o, k := clamp(c-th.Amount(c)), kubeletSub(resource.NewQuantity(c, resource.BinarySI), *want).Value(); o != k {
+			if o, k := clamp(c-decide.Reservations{MemoryAvailable: th}.Eviction(resources.Memory, c)), kubeletSub(resource.NewQuantity(c, resource.BinarySI), *want).Value(); o != k {
 				t.Errorf("%q on %d: ours capacity-threshold %d, kubelet %d (ours %+d)", val, c, o, k, o-k)
 			}
 		}
@@ -132,7 +133,7 @@ func TestReservationsMatchKubelet(t *testing.T) {
 	}
 	capacities := []int64{3000, 64000, 1 << 30, 16393012 * 1024, 53660876811, 1967317549057, 7681484357631}
 	for _, e := range entries {
-		o, oursErr := decide.ParseReservation(e.name, e.val)
+		o, _, oursErr := decide.ParseReservationExact(e.name, e.val)
 		rl, kErr := parseResourceList(map[string]string{e.name: e.val})
 		if (oursErr != nil) != (kErr != nil) {
 			t.Errorf("%s=%q: ours err %v, kubelet err %v", e.name, e.val, oursErr, kErr)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/internal/cpu1test"
 )
 
 // Build compiles node-resized and node-resizectl (static, CGO off) into dir.
@@ -153,13 +154,8 @@ func (d *Daemon) Kill() {
 func (d *Daemon) Done() <-chan error { return d.done }
 
 // CPU1Online is the file that takes cpu1 offline and back.
-const CPU1Online = "/sys/devices/system/cpu/cpu1/online"
+const CPU1Online = cpu1test.Online
 
-// SetCPU1 takes cpu1 offline or brings it back through the kernel.
-func SetCPU1(online bool) error {
-	v := "0"
-	if online {
-		v = "1"
-	}
-	return os.WriteFile(CPU1Online, []byte(v), 0o644)
-}
+// SetCPU1 takes cpu1 offline or brings it back through the kernel. A test
+// that calls it holds cpu1test.Lock (cpu1test.Need takes it).
+func SetCPU1(online bool) error { return cpu1test.Set(online) }
