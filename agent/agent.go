@@ -34,7 +34,9 @@ type Enforcer interface {
 // Evictor brings the node's pods within an allocatable. Start must not
 // block; progress comes back through Agent.ReportEviction.
 type Evictor interface {
-	Start(ctx context.Context, e decide.Evict)
+	// Start begins bringing the pods within e's allocatable, with the
+	// CPUs online now; progress goes to report.
+	Start(ctx context.Context, e decide.Evict, online []int, report func(decide.EvictionReport))
 }
 
 // LocalRelay stands in for the API relay in standalone mode: there is no
@@ -256,7 +258,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	a.account(p.in.Previous.Applied, d.Next.Applied)
 	published, again := a.carryOut(ctx, d, p)
 	if !a.started {
-		a.resumeEviction(ctx, p.in, d)
+		a.resumeEviction(ctx, p.in, d, p.snap)
 		if !published {
 			// The first pass of this process publishes what it stands
 			// for even when nothing changed: the Node may show
@@ -314,7 +316,7 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 		case decide.ClampCgroups, decide.GrowCgroups:
 			a.enforce(ctx, act, p)
 		case decide.Evict:
-			again = a.evict(ctx, x) || again
+			again = a.evict(ctx, x, p.snap) || again
 		case decide.RestartKubelet:
 			a.log.Info("kubelet restart wanted but not configured", "capacity", x.Capacity.String())
 		}
@@ -342,7 +344,7 @@ func (a *Agent) enforce(ctx context.Context, act decide.Action, p passInput) {
 
 // evict starts an eviction pass; without an evictor it counts the pass as
 // done at once and asks for another decision.
-func (a *Agent) evict(ctx context.Context, x decide.Evict) (again bool) {
+func (a *Agent) evict(ctx context.Context, x decide.Evict, snap *topology.Snapshot) (again bool) {
 	if a.cfg.Evictor == nil {
 		a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
 		a.mu.Lock()
@@ -350,14 +352,14 @@ func (a *Agent) evict(ctx context.Context, x decide.Evict) (again bool) {
 		a.mu.Unlock()
 		return true
 	}
-	a.cfg.Evictor.Start(ctx, x)
+	a.cfg.Evictor.Start(ctx, x, onlineCPUs(snap), a.ReportEviction)
 	return false
 }
 
 // resumeEviction takes up, on the first pass of this process, the eviction
 // of the generation the state file remembers: the daemon stopped while
 // evicting, and it would never finish otherwise.
-func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.Decision) {
+func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.Decision, snap *topology.Snapshot) {
 	if !in.Previous.Evicting || a.cfg.Evictor == nil || hasKind(d.Actions, decide.KindEvict) {
 		return
 	}
@@ -366,7 +368,15 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 		Capacity:    in.Previous.Applied,
 		Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
 		Reason:      decide.EvictionReason,
-	})
+	}, onlineCPUs(snap), a.ReportEviction)
+}
+
+// onlineCPUs is the model's online CPU list (nil without a model).
+func onlineCPUs(snap *topology.Snapshot) []int {
+	if snap == nil {
+		return nil
+	}
+	return snap.CPUs.Online
 }
 
 // record keeps the new state and status, and writes the state file when

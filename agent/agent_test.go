@@ -264,7 +264,9 @@ func (e orderEnforcer) Apply(_ context.Context, a decide.Action, _ *topology.Sna
 
 type orderEvictor struct{ log *orderLog }
 
-func (e orderEvictor) Start(context.Context, decide.Evict) { e.log.add("Evict") }
+func (e orderEvictor) Start(context.Context, decide.Evict, []int, func(decide.EvictionReport)) {
+	e.log.add("Evict")
+}
 
 type orderRelay struct {
 	fakeRelay

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,13 +45,6 @@ type EvictorOptions struct {
 	// ExclusiveCPUs returns the exclusive CPU ids of each pod (by pod UID)
 	// from the CPU manager's checkpoint. Nil: no pod has exclusive CPUs.
 	ExclusiveCPUs func() (map[string][]int, error)
-	// OnlineCPUs returns the CPUs online now. Nil (or an empty set): the
-	// online set is unknown and nobody is evicted for CPU.
-	OnlineCPUs func() []int
-	// Report receives the progress of the newest generation
-	// (Agent.ReportEviction). It is called from Run's goroutine and must
-	// not block.
-	Report func(decide.EvictionReport)
 	// RetryInterval is the wait before retrying after a PodDisruptionBudget
 	// refused an eviction or an API call failed, and between checks while
 	// evicted pods terminate (default DefaultEvictionRetryInterval).
@@ -89,9 +83,13 @@ type Evictor struct {
 	now    func() time.Time
 	wake   chan struct{}
 
-	mu     sync.Mutex         // guards want and cancel
-	want   *decide.Evict      // the newest generation asked for; nil before the first Start
-	cancel context.CancelFunc // cancels the pass in flight
+	mu     sync.Mutex    // guards want, online, reportTo and cancel
+	want   *decide.Evict // the newest generation asked for; nil before the first Start
+	online []int         // the CPUs online when want was asked for
+	// reportTo receives the progress of want's generation; it is called
+	// from Run's goroutine and must not block.
+	reportTo func(decide.EvictionReport)
+	cancel   context.CancelFunc // cancels the pass in flight
 
 	// The work on the current generation; only Run's goroutine uses it.
 	gen      int64
@@ -124,11 +122,14 @@ func NewEvictor(client kubernetes.Interface, opts EvictorOptions) *Evictor {
 	}
 }
 
-// Start asks for the pods to be brought within ev.Allocatable. It never
-// blocks. An ev whose generation is not newer than the newest one started
-// is ignored; a newer one cancels the pass in flight. ctx only gates the
-// request (a done ctx drops it): the work runs under Run's context.
-func (e *Evictor) Start(ctx context.Context, ev decide.Evict) {
+// Start asks for the pods to be brought within ev.Allocatable, with the
+// CPUs online now (empty: unknown, and nobody is evicted for CPU); the
+// progress of ev's generation goes to report (the agent's
+// ReportEviction). It never blocks. An ev whose generation is not newer
+// than the newest one started is ignored; a newer one cancels the pass in
+// flight. ctx only gates the request (a done ctx drops it): the work runs
+// under Run's context.
+func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, report func(decide.EvictionReport)) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -140,7 +141,7 @@ func (e *Evictor) Start(ctx context.Context, ev decide.Evict) {
 		e.log.Debug("eviction request ignored: not newer than the one in hand", "generation", ev.Generation, "current", old)
 		return
 	}
-	e.want = &ev
+	e.want, e.online, e.reportTo = &ev, slices.Clone(online), report
 	if e.cancel != nil {
 		e.cancel()
 	}
@@ -171,6 +172,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 		if have {
 			ev = *e.want
 		}
+		online := e.online
 		pass, cancel := context.WithCancel(ctx)
 		e.cancel = cancel
 		e.mu.Unlock()
@@ -190,7 +192,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 			cancel()
 			continue
 		}
-		after := e.pass(pass, ev)
+		after := e.pass(pass, ev, online)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -209,7 +211,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 
 // pass makes one round of progress on ev. It returns when to come back:
 // 0 for never (done, or superseded), a negative value for at once.
-func (e *Evictor) pass(ctx context.Context, ev decide.Evict) time.Duration {
+func (e *Evictor) pass(ctx context.Context, ev decide.Evict, online []int) time.Duration {
 	retry := e.opts.RetryInterval
 	pods, err := e.listPods(ctx)
 	if err != nil {
@@ -222,10 +224,6 @@ func (e *Evictor) pass(ctx context.Context, ev decide.Evict) time.Duration {
 	}
 
 	usages, leaving := e.usages(pods)
-	var online []int
-	if e.opts.OnlineCPUs != nil {
-		online = e.opts.OnlineCPUs()
-	}
 	var exclusive map[string][]int
 	if e.opts.ExclusiveCPUs != nil {
 		if exclusive, err = e.opts.ExclusiveCPUs(); err != nil {
@@ -482,8 +480,11 @@ func (e *Evictor) report(r decide.EvictionReport) {
 		return
 	}
 	e.reported = &r
-	if e.opts.Report != nil {
-		e.opts.Report(r)
+	e.mu.Lock()
+	to := e.reportTo
+	e.mu.Unlock()
+	if to != nil {
+		to(r)
 	}
 }
 

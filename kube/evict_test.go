@@ -69,6 +69,19 @@ type evHarness struct {
 	reported chan struct{}
 }
 
+// report records the evictor's progress (what Agent.ReportEviction gets).
+func (h *evHarness) report(r decide.EvictionReport) {
+	h.mu.Lock()
+	h.reports = append(h.reports, r)
+	h.mu.Unlock()
+	h.reported <- struct{}{}
+}
+
+// start is Start with no online CPUs known and reports to the harness.
+func (h *evHarness) start(ctx context.Context, ev decide.Evict) {
+	h.ev.Start(ctx, ev, nil, h.report)
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -104,12 +117,6 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptio
 				return v, nil
 			}
 			return 0, fmt.Errorf("no cgroup for pod %s", uid)
-		},
-		Report: func(r decide.EvictionReport) {
-			h.mu.Lock()
-			h.reports = append(h.reports, r)
-			h.mu.Unlock()
-			h.reported <- struct{}{}
 		},
 		Event: func(typ decide.EventType, reason, msg string) {
 			h.mu.Lock()
@@ -233,7 +240,7 @@ func TestEvictorEvictsInRankOrderAndReportsDone(t *testing.T) {
 	h.run()
 	// Footprints: a 3, b 2, c 2, mirror 5, critical 5 = 17Gi; allocatable
 	// 13Gi: a goes (over its request), then b (lower priority).
-	h.ev.Start(context.Background(), evictOrder(1, 13<<30))
+	h.start(context.Background(), evictOrder(1, 13<<30))
 	h.waitReport("Done", evDone(1))
 
 	if got, want := h.evictions(), []string{"default/a", "default/b"}; !slices.Equal(got, want) {
@@ -310,7 +317,7 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 	})
 	h.run()
 	// 5Gi of footprints in 2Gi: both must go, a first.
-	h.ev.Start(context.Background(), evictOrder(3, 2<<30))
+	h.start(context.Background(), evictOrder(3, 2<<30))
 	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Generation == 3 && r.Blocked != "" })
 	want := "pod default/a: eviction blocked by a PodDisruptionBudget: Cannot evict pod as it would violate the pod's disruption budget. The disruption budget web needs 2 healthy pods and has 2 currently"
 	if r.Blocked != want || r.Done {
@@ -367,7 +374,7 @@ func TestEvictorNotFoundCountsAsEvicted(t *testing.T) {
 	})
 	h.run()
 	// 8Gi in 3Gi: a (4Gi) and b (3Gi) go; c stays.
-	h.ev.Start(context.Background(), evictOrder(1, 3<<30))
+	h.start(context.Background(), evictOrder(1, 3<<30))
 	h.waitReport("Done", evDone(1))
 	if got, want := h.evictions(), []string{"default/a", "default/b"}; !slices.Equal(got, want) {
 		t.Errorf("evicted %v, want %v", got, want)
@@ -397,12 +404,12 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 		return evMarkDeleted(h, ns, name, time.Now().Add(30*time.Second))
 	})
 	h.run()
-	h.ev.Start(context.Background(), evictOrder(1, 1<<30)) // a and b must go
+	h.start(context.Background(), evictOrder(1, 1<<30)) // a and b must go
 	<-inFlight
 	// The hardware came back while a's eviction was in flight: generation
 	// 2 fits without evicting anyone more.
-	h.ev.Start(context.Background(), evictOrder(2, 64<<30))
-	h.ev.Start(context.Background(), evictOrder(1, 1<<30)) // a late, older request: ignored
+	h.start(context.Background(), evictOrder(2, 64<<30))
+	h.start(context.Background(), evictOrder(1, 1<<30)) // a late, older request: ignored
 	close(release)
 	// a's eviction went through after all: generation 2 waits for it to
 	// terminate before it reports Done.
@@ -440,7 +447,7 @@ func TestEvictorWaitsForEvictedPodsToTerminate(t *testing.T) {
 		return evMarkDeleted(h, ns, name, now.Add(30*time.Second))
 	})
 	h.run()
-	h.ev.Start(context.Background(), evictOrder(1, 2<<30))
+	h.start(context.Background(), evictOrder(1, 2<<30))
 	r := h.waitReport("a stuck pod", func(r decide.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "pod default/a was evicted but is still terminating") {
 		t.Errorf("Blocked = %q", r.Blocked)
@@ -465,7 +472,6 @@ func TestEvictorGuaranteedPodsLosingExclusiveCPUs(t *testing.T) {
 		evPod("pinned-ok", "1Gi", 0, corev1.PodQOSGuaranteed),
 		evPod("burstable", "1Gi", 0, corev1.PodQOSBurstable),
 	}, func(o *EvictorOptions) {
-		o.OnlineCPUs = func() []int { return []int{0, 1, 2} }
 		o.ExclusiveCPUs = func() (map[string][]int, error) {
 			return map[string][]int{"uid-pinned": {2, 3}, "uid-pinned-ok": {1}, "uid-burstable": {3}}, nil
 		}
@@ -474,7 +480,7 @@ func TestEvictorGuaranteedPodsLosingExclusiveCPUs(t *testing.T) {
 	h.run()
 	ev := evictOrder(1, 64<<30) // memory is plentiful
 	ev.Allocatable["cpu"] = 3000
-	h.ev.Start(context.Background(), ev)
+	h.ev.Start(context.Background(), ev, []int{0, 1, 2}, h.report)
 	h.waitReport("Done", evDone(1))
 	if got := h.evictions(); !slices.Equal(got, []string{"default/pinned"}) {
 		t.Errorf("evicted %v, want only the Guaranteed pod whose exclusive CPU 3 went offline", got)
@@ -510,7 +516,7 @@ func TestEvictorAPIErrors(t *testing.T) {
 		return h.client.Tracker().Delete(podsGVR, ns, name)
 	})
 	h.run()
-	h.ev.Start(context.Background(), evictOrder(1, 1<<30))
+	h.start(context.Background(), evictOrder(1, 1<<30))
 	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "pod default/a: eviction failed:") || !strings.Contains(r.Blocked, "etcd is sad") {
 		t.Errorf("Blocked = %q", r.Blocked)
@@ -527,7 +533,7 @@ func TestEvictorProtectedPodsThatDoNotFit(t *testing.T) {
 	h := newEvHarness(t, []*corev1.Pod{static, evPod("a", "1Gi", 0, corev1.PodQOSBurstable)}, nil)
 	h.ws = map[string]int64{"uid-etcd": 6 << 30, "uid-a": 1 << 30}
 	h.run()
-	h.ev.Start(context.Background(), evictOrder(1, 4<<30))
+	h.start(context.Background(), evictOrder(1, 4<<30))
 	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "may not be evicted (static, mirror, system-critical) hold 6Gi") {
 		t.Errorf("Blocked = %q", r.Blocked)
@@ -544,7 +550,7 @@ func TestEvictorWithoutWorkingSets(t *testing.T) {
 		evPod("important", "4Gi", 100, corev1.PodQOSBurstable),
 	}, func(o *EvictorOptions) { o.WorkingSet = nil })
 	h.run()
-	h.ev.Start(context.Background(), evictOrder(1, 5<<30))
+	h.start(context.Background(), evictOrder(1, 5<<30))
 	h.waitReport("Done", evDone(1))
 	if got := h.evictions(); !slices.Equal(got, []string{"default/big"}) {
 		t.Errorf("evicted %v, want big (lowest priority, largest request)", got)
@@ -559,7 +565,7 @@ func TestEvictorStartNeverBlocksAndRunEndsOnCancel(t *testing.T) {
 	started := make(chan struct{})
 	go func() {
 		for gen := int64(1); gen <= 1000; gen++ { // nobody runs the worker yet
-			h.ev.Start(context.Background(), evictOrder(gen, 64<<30))
+			h.start(context.Background(), evictOrder(gen, 64<<30))
 		}
 		close(started)
 	}()
@@ -588,7 +594,7 @@ func TestEvictorStartNeverBlocksAndRunEndsOnCancel(t *testing.T) {
 	}
 	cancelled, stop := context.WithCancel(context.Background())
 	stop()
-	h.ev.Start(cancelled, evictOrder(2000, 1)) // a done context drops the request
+	h.start(cancelled, evictOrder(2000, 1)) // a done context drops the request
 	h.ev.mu.Lock()
 	gen := h.ev.want.Generation
 	h.ev.mu.Unlock()

@@ -331,12 +331,7 @@ func (r *Relay) Event(eventType decide.EventType, reason, message string) {
 }
 
 // Stats are the relay's counters.
-type Stats struct {
-	Patches   uint64    `json:"patches"`
-	LastPatch time.Time `json:"lastPatch,omitempty"`
-	LastError string    `json:"lastError,omitempty"`
-	Pending   bool      `json:"pending"`
-}
+type Stats = decide.RelayStats
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats {

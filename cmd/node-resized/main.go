@@ -9,33 +9,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
-	"github.com/node-resized/node-resized/autoonline"
-	"github.com/node-resized/node-resized/cgroup"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kubelet"
-	"github.com/node-resized/node-resized/metrics"
-	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/systemd"
-	"github.com/node-resized/node-resized/topology"
-	"github.com/node-resized/node-resized/uevent"
 )
 
 // reapplyInterval is how often the kubepods limits are checked against the
@@ -104,6 +91,7 @@ type options struct {
 	kubeletConfigDir string
 	stateFile        string
 	memoryJitter     string
+	jitterBytes      int64 // memoryJitter parsed
 	evict            bool
 	enforce          bool
 	cgroupRoot       string
@@ -173,7 +161,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.socket == "":
 		return nil, errors.New("--socket must not be empty")
 	}
-	if _, err := resource.ParseQuantity(o.memoryJitter); err != nil {
+	var err error
+	if o.jitterBytes, err = resources.Parse(resources.Memory, o.memoryJitter); err != nil || o.jitterBytes < 0 {
 		return nil, fmt.Errorf("--memory-jitter: want a quantity such as 100Mi, got %q", o.memoryJitter)
 	}
 	if _, err := parseLevel(o.logLevel); err != nil {
@@ -240,328 +229,4 @@ func main() {
 		}
 		os.Exit(1)
 	}
-}
-
-// run runs the daemon until ctx is done.
-func run(ctx context.Context, o *options, log *slog.Logger) error {
-	fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
-	if err != nil {
-		return err
-	}
-	fsys = fsys.WithKubeletRootDir(o.kubeletRootDir)
-	m := metrics.New()
-
-	var src monitor.Source
-	if o.uevents {
-		l, err := uevent.Listen(uevent.Options{
-			ReceiveBuffer: o.ueventBuffer,
-			Logger:        log,
-			OnEvent: func(subsystem string, action uevent.Action) {
-				m.UeventsTotal.WithLabelValues(subsystem, action.String()).Inc()
-			},
-			OnDrop: func(reason uevent.DropReason, n int) {
-				m.UeventsDropped.WithLabelValues(string(reason)).Add(float64(n))
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("listen for kernel uevents: %w (run with --uevents=false to rely on the MemTotal watch and resyncs only)", err)
-		}
-		src = l
-	}
-
-	// Kubernetes mode: connect first (a missing kubeconfig is the one
-	// error to report), then read the kubelet's configuration, then the
-	// Node's configured capacity before the hardware (bootstrap parity).
-	var (
-		relay    *kube.Relay
-		evictor  *kube.Evictor
-		enforcer *cgroup.Enforcer
-		agt      *agent.Agent
-		mon      *monitor.Monitor
-	)
-	if !o.standalone {
-		relay, err = kube.Connect(kube.Options{Kubeconfig: o.kubeconfig, NodeName: o.nodeName, Logger: log, Metrics: m})
-		if err != nil {
-			return err
-		}
-	}
-	// The kubelet's configuration: reservations and the cgroup layout.
-	kcfg, err := loadKubeletConfig(o, log)
-	if err != nil {
-		return err
-	}
-
-	if o.enforce && !kcfg.CgroupsPerQOS {
-		log.Info("the kubelet runs without cgroupsPerQOS: there is no kubepods cgroup to enforce")
-	}
-	if o.enforce && kcfg.CgroupsPerQOS {
-		enforcer, err = cgroup.New(cgroup.Options{
-			Root: o.cgroupRoot, Driver: kcfg.CgroupDriver, CgroupRoot: kcfg.CgroupRoot,
-			Logger: log, Metrics: m,
-		})
-		if err != nil {
-			return fmt.Errorf("kubepods cgroup enforcer: %w (run with --enforce=false to only detect and report)", err)
-		}
-	}
-	jitter := resource.MustParse(o.memoryJitter)
-	acfg := agent.Config{
-		Reservations: kcfg.Reservations,
-		JitterMemory: jitter.Value(),
-		StatePath:    o.stateFile,
-		Logger:       log,
-		Metrics:      m,
-	}
-	if enforcer != nil {
-		acfg.Enforcer = enforcer
-	}
-	var pub agent.Relay = agent.LocalRelay{}
-	if relay != nil {
-		pub = relay
-		if o.evict {
-			eopts := kube.EvictorOptions{
-				NodeName: o.nodeName,
-				OnlineCPUs: func() []int {
-					if snap, _ := mon.Snapshot(); snap != nil {
-						return snap.CPUs.Online
-					}
-					return nil
-				},
-				ExclusiveCPUs: kubelet.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
-				Report:        func(r decide.EvictionReport) { agt.ReportEviction(r) },
-				Event:         relay.Event,
-				Logger:        log,
-				Metrics:       m,
-			}
-			if enforcer != nil {
-				eopts.WorkingSet = enforcer.PodWorkingSet
-			}
-			evictor = kube.NewEvictor(relay.EvictionClient(), eopts)
-			acfg.Evictor = evictor
-		}
-	}
-	agt = agent.New(acfg, pub)
-	if relay != nil {
-		gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
-		v, err := relay.GetNode(gctx)
-		gcancel()
-		if err != nil {
-			// Node-local work must not wait for the API server: go on
-			// with the configured capacity the state file remembers.
-			m.ResizeErrors.WithLabelValues("api_watch").Inc()
-			log.Warn("read the Node at start; deciding from the remembered configured capacity until the API server answers", "node", o.nodeName, "err", err)
-		} else {
-			agt.OnNode(v)
-			log.Info("read the Node", "node", o.nodeName, "configured_source", v.Source, "configured", v.Configured.Key())
-		}
-	} else {
-		agt.OnNode(kube.NodeView{}) // standalone: no configured capacity
-	}
-	var subs []monitor.Subscriber
-	var onliner *autoonline.Onliner
-	if o.autoOnline {
-		onliner = autoonline.New(o.sysfsRoot, log, m)
-		subs = append(subs, onliner)
-	}
-	subs = append(subs, agt)
-
-	mon = monitor.New(fsys, src, monitor.Config{
-		Quiet:       o.quiet,
-		MaxWait:     o.maxWait,
-		MemPoll:     disabledIfZero(o.memPoll),
-		Resync:      disabledIfZero(o.resync),
-		History:     o.history,
-		Subscribers: subs,
-		Logger:      log,
-		Metrics:     m,
-	})
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	goRun := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
-				cancel()
-			}
-		}()
-	}
-
-	goRun("detection loop", func() error { return mon.Run(ctx) })
-	select {
-	case <-mon.Ready():
-	case <-ctx.Done():
-		wg.Wait()
-		return firstErr(errs)
-	}
-
-	ln, err := api.Listen(o.socket, o.socketGroup)
-	if err != nil {
-		cancel()
-		wg.Wait()
-		return err
-	}
-	hostname, _ := os.Hostname()
-	info := api.Info{Version: version, Hostname: hostname, Mode: "standalone"}
-	info.Kubernetes = func() *api.KubernetesStatus { return kubernetesStatus(o.nodeName, agt, relay) }
-	if enforcer != nil {
-		info.Enforcement = func() any { return enforcer.Status() }
-	}
-	goRun("decision loop", func() error { return agt.Run(ctx) })
-	if onliner != nil {
-		goRun("auto-online", func() error { return onliner.Run(ctx) })
-	}
-	if enforcer != nil {
-		// A kubelet that (re)starts writes kubepods from its own view of
-		// the machine; put back what the last decision enforces. Reapply
-		// reads a few files and writes nothing while they hold.
-		goRun("kubepods re-assert", func() error {
-			t := time.NewTicker(reapplyInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-t.C:
-					snap, _ := mon.Snapshot()
-					if err := enforcer.Reapply(ctx, snap); err != nil {
-						log.Warn("re-assert the kubepods limits", "err", err)
-					}
-				}
-			}
-		})
-	}
-	if relay != nil {
-		info.Mode = "kubernetes"
-		goRun("API relay", func() error { return relay.Run(ctx) })
-		if evictor != nil {
-			goRun("evictor", func() error { return evictor.Run(ctx) })
-		}
-		goRun("Node watch", func() error {
-			return relay.Watch(ctx, func(v kube.NodeView) {
-				agt.OnNode(v)
-				relay.Republish(v)
-			})
-		})
-	}
-	srv := api.NewServer(mon, m, info, log)
-	goRun("local API", func() error { return srv.Serve(ctx, ln) })
-	if o.metricsAddress != "" {
-		mln, err := net.Listen("tcp", o.metricsAddress)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("--metrics-address %s: %w", o.metricsAddress, err)
-		}
-		goRun("metrics listener", func() error { return srv.ServeMetrics(ctx, mln) })
-	}
-	goRun("systemd watchdog", func() error {
-		return systemd.Watchdog(ctx, func() bool {
-			c, done := context.WithTimeout(ctx, 5*time.Second)
-			defer done()
-			return mon.Alive(c)
-		})
-	})
-
-	snap, capac := mon.Snapshot()
-	log.Info("node-resized ready",
-		"version", version, "mode", info.Mode, "node", o.nodeName, "socket", o.socket, "metrics_address", o.metricsAddress,
-		"sysfs_root", o.sysfsRoot, "procfs_root", o.procfsRoot, "uevents", o.uevents,
-		"capacity", capac.String(), "cpus_online", snap.CPUs.Online.String())
-	if err := systemd.Ready(fmt.Sprintf("watching %s CPUs, %s memory", resources.Format(resources.CPU, capac[resources.CPU]), api.FormatBytes(uint64(capac[resources.Memory])))); err != nil {
-		log.Warn("tell systemd we are ready", "err", err)
-	}
-
-	<-ctx.Done()
-	systemd.Stopping()
-	log.Info("shutting down")
-	wg.Wait()
-	if err := firstErr(errs); err != nil {
-		return err
-	}
-	log.Info("stopped")
-	return nil
-}
-
-func disabledIfZero(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
-func firstErr(errs chan error) error {
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
-}
-
-// loadKubeletConfig reads the kubelet's configuration. A missing file at
-// the default path means a kubelet with defaults; a missing file that was
-// named explicitly is an error.
-func loadKubeletConfig(o *options, log *slog.Logger) (*kubelet.Config, error) {
-	var opts []kubelet.Option
-	if o.kubeletConfigDir != "" {
-		opts = append(opts, kubelet.WithDropInDir(o.kubeletConfigDir))
-	}
-	cfg, err := kubelet.Load(o.kubeletConfig, opts...)
-	if errors.Is(err, fs.ErrNotExist) && !o.kubeletConfigSet {
-		log.Info("no kubelet configuration file; using the kubelet's defaults (no reservations, evictionHard memory.available 100Mi, cgroupfs driver)", "path", o.kubeletConfig)
-		return kubelet.Default(), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range cfg.Warnings {
-		log.Warn("kubelet configuration", "path", o.kubeletConfig, "warning", w)
-	}
-	return cfg, nil
-}
-
-// kubeletRootDirOrDefault is the kubelet's root directory for its
-// checkpoints, also when ephemeral-storage is not measured.
-func (o *options) kubeletRootDirOrDefault() string {
-	if o.kubeletRootDir == "" {
-		return "/var/lib/kubelet"
-	}
-	return o.kubeletRootDir
-}
-
-// kubernetesStatus renders the agent's and the relay's view for the API.
-func kubernetesStatus(node string, a *agent.Agent, r *kube.Relay) *api.KubernetesStatus {
-	st := a.Status()
-	var rs kube.Stats
-	if r != nil {
-		rs = r.Stats()
-	} else {
-		node = ""
-	}
-	out := &api.KubernetesStatus{
-		NodeName:         node,
-		Configured:       st.Configured.Raw,
-		ConfiguredSource: st.ConfiguredSource,
-		Target:           st.Target,
-		Allocatable:      st.Allocatable,
-		Condition: api.Condition{
-			Status:             string(st.Condition.Status),
-			Reason:             string(st.Condition.Reason),
-			Message:            st.Condition.Message,
-			LastTransitionTime: st.Condition.LastTransitionTime,
-		},
-		Error:        st.Error,
-		Patches:      rs.Patches,
-		LastPatch:    rs.LastPatch,
-		PatchError:   rs.LastError,
-		PatchPending: rs.Pending,
-	}
-	if st.Configured.Invalid != "" {
-		out.Configured = map[string]string{"invalid": st.Configured.Invalid}
-	}
-	return out
 }

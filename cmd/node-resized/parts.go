@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/node-resized/node-resized/agent"
+	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/autoonline"
+	"github.com/node-resized/node-resized/cgroup"
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/uevent"
+)
+
+// parts are the daemon's pieces, built and wired but not running. The
+// optional ones are nil when the options leave them out.
+type parts struct {
+	monitor  *monitor.Monitor
+	agent    *agent.Agent
+	onliner  *autoonline.Onliner
+	enforcer *cgroup.Enforcer
+	relay    *kube.Relay
+	evictor  *kube.Evictor
+	api      *api.Server
+	info     api.Info
+	socket   net.Listener
+	tcp      net.Listener
+}
+
+// assemble builds every part. The detection inputs come first (a wrong
+// --sysfs-root is the error to report before any other), then the API
+// client (then a missing kubeconfig), then the data path read backwards:
+// the kubelet's configuration, the actuators, the decision loop that
+// drives them, and the detection loop that feeds it.
+func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error) {
+	p := &parts{}
+	m := metrics.New()
+	fsys, src, err := detectionInputs(o, log, m)
+	if err != nil {
+		return nil, err
+	}
+	if !o.standalone {
+		if p.relay, err = kube.Connect(kube.Options{Kubeconfig: o.kubeconfig, NodeName: o.nodeName, Logger: log, Metrics: m}); err != nil {
+			return nil, err
+		}
+	}
+	kcfg, err := loadKubeletConfig(o, log)
+	if err != nil {
+		return nil, err
+	}
+	if p.enforcer, err = newEnforcer(o, kcfg, log, m); err != nil {
+		return nil, err
+	}
+	if p.relay != nil && o.evict {
+		p.evictor = newEvictor(o, p.relay, p.enforcer, log, m)
+	}
+	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, log, m)
+	p.readNode(ctx, o, log, m)
+	p.monitor = newMonitor(o, fsys, src, p.subscribers(o, log, m), log, m)
+	if p.socket, p.tcp, err = listeners(o); err != nil {
+		return nil, err
+	}
+	p.info = p.apiInfo(o)
+	p.api = api.NewServer(p.monitor, m, p.info, log)
+	return p, nil
+}
+
+// newEnforcer builds the kubepods enforcer, or nil when there is nothing
+// to enforce.
+func newEnforcer(o *options, kcfg *kubelet.Config, log *slog.Logger, m *metrics.Metrics) (*cgroup.Enforcer, error) {
+	if !o.enforce {
+		return nil, nil
+	}
+	if !kcfg.CgroupsPerQOS {
+		log.Info("the kubelet runs without cgroupsPerQOS: there is no kubepods cgroup to enforce")
+		return nil, nil
+	}
+	e, err := cgroup.New(cgroup.Options{
+		Root: o.cgroupRoot, Driver: kcfg.CgroupDriver, CgroupRoot: kcfg.CgroupRoot, Logger: log, Metrics: m,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubepods cgroup enforcer: %w (run with --enforce=false to only detect and report)", err)
+	}
+	return e, nil
+}
+
+// newEvictor builds the emergency evictor of the node's pods.
+func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *slog.Logger, m *metrics.Metrics) *kube.Evictor {
+	eo := kube.EvictorOptions{
+		NodeName:      o.nodeName,
+		ExclusiveCPUs: kubelet.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
+		Event:         relay.Event,
+		Logger:        log,
+		Metrics:       m,
+	}
+	if enforcer != nil {
+		eo.WorkingSet = enforcer.PodWorkingSet
+	}
+	return kube.NewEvictor(relay.EvictionClient(), eo)
+}
+
+// newAgent builds the decision loop over its actuators.
+func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgroup.Enforcer, evictor *kube.Evictor,
+	log *slog.Logger, m *metrics.Metrics) *agent.Agent {
+	cfg := agent.Config{
+		Reservations: kcfg.Reservations,
+		JitterMemory: o.jitterBytes,
+		StatePath:    o.stateFile,
+		Logger:       log,
+		Metrics:      m,
+	}
+	// Typed nils must not become non-nil interfaces.
+	if enforcer != nil {
+		cfg.Enforcer = enforcer
+	}
+	if evictor != nil {
+		cfg.Evictor = evictor
+	}
+	var pub agent.Relay = agent.LocalRelay{}
+	if relay != nil {
+		pub = relay
+	}
+	return agent.New(cfg, pub)
+}
+
+// readNode gives the agent the Node's configured capacity before the
+// hardware (bootstrap parity). Node-local work must not wait for the API
+// server: when it does not answer, the agent goes on with the configured
+// capacity its state file remembers.
+func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *metrics.Metrics) {
+	if p.relay == nil {
+		p.agent.OnNode(decide.NodeView{}) // standalone: no configured capacity
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := p.relay.GetNode(gctx)
+	if err != nil {
+		m.ResizeErrors.WithLabelValues("api_watch").Inc()
+		log.Warn("read the Node at start; deciding from the remembered configured capacity until the API server answers", "node", o.nodeName, "err", err)
+		return
+	}
+	p.agent.OnNode(v)
+	log.Info("read the Node", "node", o.nodeName, "configured_source", v.Source, "configured", v.Configured.Key())
+}
+
+// watchNode follows the Node: the agent takes each view, and the relay
+// publishes again where a kubelet reverted the published capacity.
+func (p *parts) watchNode(ctx context.Context) error {
+	return p.relay.Watch(ctx, func(v decide.NodeView) {
+		p.agent.OnNode(v)
+		p.relay.Republish(v)
+	})
+}
+
+// subscribers are the parts told of every model change, in order: the
+// onliner first (it only queues work), then the decision loop.
+func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []monitor.Subscriber {
+	var subs []monitor.Subscriber
+	if o.autoOnline {
+		p.onliner = autoonline.New(o.sysfsRoot, log, m)
+		subs = append(subs, p.onliner)
+	}
+	return append(subs, p.agent)
+}
+
+// detectionInputs opens sysfs and procfs and, unless turned off, the
+// kernel's uevent socket.
+func detectionInputs(o *options, log *slog.Logger, m *metrics.Metrics) (topology.FS, monitor.Source, error) {
+	fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
+	if err != nil {
+		return topology.FS{}, nil, err
+	}
+	fsys = fsys.WithKubeletRootDir(o.kubeletRootDir)
+	var src monitor.Source
+	if o.uevents {
+		l, err := uevent.Listen(uevent.Options{
+			ReceiveBuffer: o.ueventBuffer,
+			Logger:        log,
+			OnEvent: func(subsystem string, action uevent.Action) {
+				m.UeventsTotal.WithLabelValues(subsystem, action.String()).Inc()
+			},
+			OnDrop: func(reason uevent.DropReason, n int) {
+				m.UeventsDropped.WithLabelValues(string(reason)).Add(float64(n))
+			},
+		})
+		if err != nil {
+			return topology.FS{}, nil, fmt.Errorf("listen for kernel uevents: %w (run with --uevents=false to rely on the MemTotal watch and resyncs only)", err)
+		}
+		src = l
+	}
+	return fsys, src, nil
+}
+
+// newMonitor builds the detection loop.
+func newMonitor(o *options, fsys topology.FS, src monitor.Source, subs []monitor.Subscriber, log *slog.Logger, m *metrics.Metrics) *monitor.Monitor {
+	return monitor.New(fsys, src, monitor.Config{
+		Quiet:       o.quiet,
+		MaxWait:     o.maxWait,
+		MemPoll:     disabledIfZero(o.memPoll),
+		Resync:      disabledIfZero(o.resync),
+		History:     o.history,
+		Subscribers: subs,
+		Logger:      log,
+		Metrics:     m,
+	})
+}
+
+// apiInfo names what the local API shows.
+func (p *parts) apiInfo(o *options) api.Info {
+	hostname, _ := os.Hostname()
+	info := api.Info{Version: version, Hostname: hostname, Mode: "standalone", Decisions: p.agent}
+	if p.enforcer != nil {
+		info.Enforcement = p.enforcer
+	}
+	if p.relay != nil {
+		info.Mode, info.NodeName, info.Relay = "kubernetes", o.nodeName, p.relay
+	}
+	return info
+}
+
+// disabledIfZero maps the flags' 0 (off) to the monitor's negative.
+func disabledIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// loadKubeletConfig reads the kubelet's configuration. A missing file at
+// the default path means a kubelet with defaults; a missing file that was
+// named explicitly is an error.
+func loadKubeletConfig(o *options, log *slog.Logger) (*kubelet.Config, error) {
+	var opts []kubelet.Option
+	if o.kubeletConfigDir != "" {
+		opts = append(opts, kubelet.WithDropInDir(o.kubeletConfigDir))
+	}
+	cfg, err := kubelet.Load(o.kubeletConfig, opts...)
+	if errors.Is(err, fs.ErrNotExist) && !o.kubeletConfigSet {
+		log.Info("no kubelet configuration file; using the kubelet's defaults (no reservations, evictionHard memory.available 100Mi, cgroupfs driver)", "path", o.kubeletConfig)
+		return kubelet.Default(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("kubelet configuration", "path", o.kubeletConfig, "warning", w)
+	}
+	return cfg, nil
+}
+
+// kubeletRootDirOrDefault is the kubelet's root directory for its
+// checkpoints, also when ephemeral-storage is not measured.
+func (o *options) kubeletRootDirOrDefault() string {
+	if o.kubeletRootDir == "" {
+		return "/var/lib/kubelet"
+	}
+	return o.kubeletRootDir
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/systemd"
+)
+
+// run runs the daemon until ctx is done: it builds every part, then starts
+// them in order. Each part that needs a loop owns it; the first to fail
+// stops the others.
+func run(ctx context.Context, o *options, log *slog.Logger) error {
+	p, err := assemble(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	start := func(name string, run func(context.Context) error) {
+		g.Go(func() error {
+			if err := run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	start("detection loop", p.monitor.Run)
+	select {
+	case <-p.monitor.Ready():
+	case <-ctx.Done():
+		p.socket.Close()
+		if p.tcp != nil {
+			p.tcp.Close()
+		}
+		return g.Wait()
+	}
+	start("decision loop", p.agent.Run)
+	if p.onliner != nil {
+		start("auto-online", p.onliner.Run)
+	}
+	if p.enforcer != nil {
+		start("kubepods re-assert", func(ctx context.Context) error { return p.enforcer.Run(ctx, p.monitor) })
+	}
+	if p.relay != nil {
+		start("API relay", p.relay.Run)
+		start("Node watch", p.watchNode)
+	}
+	if p.evictor != nil {
+		start("evictor", p.evictor.Run)
+	}
+	start("local API", func(ctx context.Context) error { return p.api.Serve(ctx, p.socket) })
+	if p.tcp != nil {
+		start("metrics listener", func(ctx context.Context) error { return p.api.ServeMetrics(ctx, p.tcp) })
+	}
+	start("systemd watchdog", func(ctx context.Context) error { return systemd.Watchdog(ctx, p.alive(ctx)) })
+	p.announce(o, log)
+
+	<-ctx.Done()
+	systemd.Stopping()
+	log.Info("shutting down")
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// alive is the watchdog's check: the detection loop answers within 5 s.
+func (p *parts) alive(ctx context.Context) func() bool {
+	return func() bool {
+		c, done := context.WithTimeout(ctx, 5*time.Second)
+		defer done()
+		return p.monitor.Alive(c)
+	}
+}
+
+// announce logs the start and tells systemd the daemon is ready.
+func (p *parts) announce(o *options, log *slog.Logger) {
+	snap, capac := p.monitor.Snapshot()
+	log.Info("node-resized ready",
+		"version", version, "mode", p.info.Mode, "node", o.nodeName, "socket", o.socket, "metrics_address", o.metricsAddress,
+		"sysfs_root", o.sysfsRoot, "procfs_root", o.procfsRoot, "uevents", o.uevents,
+		"capacity", capac.String(), "cpus_online", snap.CPUs.Online.String())
+	status := fmt.Sprintf("watching %s CPUs, %s memory", resources.Format(resources.CPU, capac[resources.CPU]),
+		api.FormatBytes(uint64(capac[resources.Memory])))
+	if err := systemd.Ready(status); err != nil {
+		log.Warn("tell systemd we are ready", "err", err)
+	}
+}
+
+// listeners opens the local API socket and, if asked, the TCP listener.
+func listeners(o *options) (socket, tcp net.Listener, err error) {
+	socket, err = api.Listen(o.socket, o.socketGroup)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.metricsAddress != "" {
+		if tcp, err = net.Listen("tcp", o.metricsAddress); err != nil {
+			socket.Close()
+			return nil, nil, fmt.Errorf("--metrics-address %s: %w", o.metricsAddress, err)
+		}
+	}
+	return socket, tcp, nil
+}
