@@ -126,12 +126,13 @@ type kubepods struct {
 	CPUsEff      topology.CPUSet // cpuset.cpus.effective
 	OOMKills     int64           // memory.events oom_kill
 	MemoryEvents string
+	PidsMax      string // "max" or a count
 }
 
 // kubepods reads the kubepods cgroup's files in one guest command.
 func (g guest) kubepods(t testing.TB) kubepods {
 	t.Helper()
-	out := g.sh(t, "cd "+guestKubepods+" && for f in memory.max cpu.weight cpuset.cpus cpuset.cpus.effective; do echo \"$f=$(cat $f)\"; done && cat memory.events")
+	out := g.sh(t, "cd "+guestKubepods+" && for f in memory.max cpu.weight cpuset.cpus cpuset.cpus.effective pids.max; do echo \"$f=$(cat $f)\"; done && cat memory.events")
 	var k kubepods
 	var events []string
 	for _, line := range strings.Split(out, "\n") {
@@ -152,6 +153,8 @@ func (g guest) kubepods(t testing.TB) kubepods {
 			k.CPUs = mustCPUSet(t, val)
 		case "cpuset.cpus.effective":
 			k.CPUsEff = mustCPUSet(t, val)
+		case "pids.max":
+			k.PidsMax = val
 		}
 	}
 	k.MemoryEvents = strings.Join(events, ", ")
@@ -159,8 +162,8 @@ func (g guest) kubepods(t testing.TB) kubepods {
 }
 
 func (k kubepods) String() string {
-	return fmt.Sprintf("memory.max=%s cpu.weight=%d cpuset.cpus=%q cpuset.cpus.effective=%q memory.events{%s}",
-		k.MemoryMax, k.CPUWeight, k.CPUs.String(), k.CPUsEff.String(), k.MemoryEvents)
+	return fmt.Sprintf("memory.max=%s cpu.weight=%d cpuset.cpus=%q cpuset.cpus.effective=%q pids.max=%s memory.events{%s}",
+		k.MemoryMax, k.CPUWeight, k.CPUs.String(), k.CPUsEff.String(), k.PidsMax, k.MemoryEvents)
 }
 
 // memoryEventsOOMKill reads oom_kill from a cgroup's memory.events.

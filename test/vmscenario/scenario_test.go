@@ -244,6 +244,12 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 	if k.MemoryMax != before.MemoryMax {
 		t.Errorf("memory.max changed from %s to %s on a CPU hot-add", before.MemoryMax, k.MemoryMax)
 	}
+	// The kubelet limits kubepods' pids.max to pid_max (less the pid
+	// reservations; none here); the setup left it at "max", so only the
+	// daemon can have written it.
+	if pidMax := g.sh(t, "cat /proc/sys/kernel/pid_max"); before.PidsMax != "max" || k.PidsMax != pidMax {
+		t.Errorf("pids.max %s before, %s after; want max, then pid_max %s", before.PidsMax, k.PidsMax, pidMax)
+	}
 	t.Logf("cpu%d (%s): online after %v, in the model after %v, in kubepods after %v", s.newCPU, dev,
 		onlineAt.Round(time.Millisecond), modelAt.Round(time.Millisecond), cgroupAt.Round(time.Millisecond))
 	t.Logf("kubepods before: %v", before)
