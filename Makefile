@@ -8,6 +8,9 @@
 #   make cluster-up start that control plane in the foreground (cluster-down stops it)
 #   make e2e-vm     end-to-end tests in a QEMU guest with hot-plugged CPUs and DIMMs
 #                   (installs qemu-system-x86, busybox-static, cpio; unpacks a Debian kernel into a cache)
+#   make e2e-node   a QEMU guest that is a real node: systemd as PID 1, the real kubelet
+#   make package    the deb and rpm packages in dist/ (package-test checks them)
+#   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
