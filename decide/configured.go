@@ -56,11 +56,7 @@ func (c Configured) Key() string {
 // recognised reports whether a configured-capacity key is one node-resized
 // validates (the KEP's well-known types); everything else is ignored.
 func recognised(name string) bool {
-	switch name {
-	case resources.CPU, resources.Memory, resources.EphemeralStorage:
-		return true
-	}
-	return resources.IsHugePages(name)
+	return resources.Published(name)
 }
 
 // evaluation is a configured capacity judged against the machine.
