@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
@@ -336,4 +338,24 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not met within 10s")
+}
+
+// TestDecisionsTakeTheInjectedClock: the agent reads no clock of its own;
+// a decision is taken at the injected clock's time.
+func TestDecisionsTakeTheInjectedClock(t *testing.T) {
+	at := time.Date(2031, 5, 4, 3, 2, 1, 0, time.UTC)
+	fake := clocktesting.NewFakeClock(at)
+	relay := &fakeRelay{}
+	a := New(Config{Clock: fake}, relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Run(ctx)
+	a.OnNode(decide.NodeView{})
+	m := machine(4)
+	a.OnChange(monitor.Change{Time: at, Capacity: m.Capacity()}, m)
+	waitUntil(t, func() bool { return a.Status().Decisions > 0 })
+	st := a.Status()
+	if !st.LastDecision.Equal(at) || !st.Condition.LastTransitionTime.Equal(at) {
+		t.Fatalf("decision at %v, condition since %v; want the fake clock's %v", st.LastDecision, st.Condition.LastTransitionTime, at)
+	}
 }
