@@ -19,16 +19,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 )
 
-// DefaultEvictionRetryInterval is how long the evictor waits before it
-// tries again after a PodDisruptionBudget refused an eviction or the API
-// server failed, and between checks while evicted pods terminate.
+// DefaultEvictionRetryInterval is about how long the evictor waits before
+// it tries again after a PodDisruptionBudget refused an eviction, and
+// between checks while evicted pods terminate; it is also the first wait
+// after a failed API call.
 const DefaultEvictionRetryInterval = 5 * time.Second
+
+// DefaultEvictionMaxRetryInterval caps the evictor's backoff while API
+// calls keep failing.
+const DefaultEvictionMaxRetryInterval = time.Minute
 
 // WorkingSetFunc reads a pod's memory working set in bytes from its own
 // cgroup; qos is "guaranteed", "burstable" or "besteffort".
@@ -46,10 +53,20 @@ type EvictorOptions struct {
 	// from the CPU manager's checkpoint. Nil: no pod has exclusive CPUs.
 	ExclusiveCPUs func() (map[string][]int, error)
 	// RetryInterval is the wait before retrying after a PodDisruptionBudget
-	// refused an eviction or an API call failed, and between checks while
-	// evicted pods terminate (default DefaultEvictionRetryInterval).
+	// refused an eviction, and between checks while evicted pods terminate
+	// or pods that may not be evicted do not fit, each wait stretched by a
+	// random factor of up to 1.2 (default DefaultEvictionRetryInterval).
+	// After a failed API call the wait starts at RetryInterval and doubles
+	// with each failure in a row up to MaxRetryInterval, each stretched by
+	// up to 1.5, so that a fleet spreads its retries after an API server
+	// outage.
 	RetryInterval time.Duration
-	Logger        *slog.Logger
+	// MaxRetryInterval caps the backoff after failed API calls (default
+	// DefaultEvictionMaxRetryInterval).
+	MaxRetryInterval time.Duration
+	// Clock is the evictor's clock (default the real one).
+	Clock  clock.Clock
+	Logger *slog.Logger
 	// Metrics counts failed API calls as
 	// resize_errors_total{subsystem="eviction"}.
 	Metrics *metrics.Metrics
@@ -80,7 +97,7 @@ type Evictor struct {
 	opts   EvictorOptions
 	log    *slog.Logger
 	m      *metrics.Metrics
-	now    func() time.Time
+	clock  clock.Clock
 	wake   chan struct{}
 
 	mu     sync.Mutex    // guards want, online, reportTo and cancel
@@ -98,6 +115,8 @@ type Evictor struct {
 	evicted  map[string]string      // UID → namespace/name of the evicted pods not yet seen gone
 	reported *decide.EvictionReport // the last report sent for this generation
 	noted    map[string]bool        // log lines said once per generation
+	poll     wait.Backoff           // the steady wait (RetryInterval, jittered)
+	failures wait.Backoff           // the backoff after failed API calls; reset by a pass without one
 }
 
 // NewEvictor returns an evictor for the pods of opts.NodeName.
@@ -111,14 +130,22 @@ func NewEvictor(client kubernetes.Interface, opts EvictorOptions) *Evictor {
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = DefaultEvictionRetryInterval
 	}
+	if opts.MaxRetryInterval < opts.RetryInterval {
+		opts.MaxRetryInterval = max(DefaultEvictionMaxRetryInterval, opts.RetryInterval)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	return &Evictor{
-		client:  client,
-		opts:    opts,
-		log:     opts.Logger.With("node", opts.NodeName),
-		m:       opts.Metrics,
-		now:     time.Now,
-		wake:    make(chan struct{}, 1),
-		evicted: map[string]string{},
+		client:   client,
+		opts:     opts,
+		log:      opts.Logger.With("node", opts.NodeName),
+		m:        opts.Metrics,
+		clock:    opts.Clock,
+		wake:     make(chan struct{}, 1),
+		evicted:  map[string]string{},
+		poll:     pollBackoff(opts.RetryInterval),
+		failures: retryBackoff(opts.RetryInterval, opts.MaxRetryInterval),
 	}
 }
 
@@ -155,74 +182,98 @@ func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, repo
 // Run works on the newest eviction request until ctx is done. It is the
 // evictor's only worker; it always returns nil.
 func (e *Evictor) Run(ctx context.Context) error {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	var timer clock.Timer
+	defer func() { stopTimer(timer) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-e.wake:
-		case <-timer.C:
+		case <-timerC(timer):
 		}
-		timer.Stop()
-		e.mu.Lock()
-		var ev decide.Evict
-		have := e.want != nil
-		if have {
-			ev = *e.want
-		}
-		online := e.online
-		pass, cancel := context.WithCancel(ctx)
-		e.cancel = cancel
-		e.mu.Unlock()
-		if !have {
+		stopTimer(timer)
+		timer = nil
+		job, pass, cancel, ok := e.next(ctx)
+		if !ok {
 			cancel()
 			continue
 		}
-		if ev.Generation != e.gen || e.noted == nil {
-			// The pods evicted for an older generation stay in e.evicted:
-			// they are waited for until they are gone.
-			e.gen, e.done, e.reported, e.count = ev.Generation, false, nil, 0
-			e.noted = map[string]bool{}
-			e.log.Info("bringing pods within allocatable", "generation", ev.Generation,
-				"allocatable", ev.Allocatable.String(), "reason", ev.Reason)
-		}
-		if e.done {
-			cancel()
-			continue
-		}
-		after := e.pass(pass, ev, online)
+		out := e.pass(pass, job)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
-		switch {
-		case after < 0:
+		if out != passFailed {
+			e.failures = retryBackoff(e.opts.RetryInterval, e.opts.MaxRetryInterval)
+		}
+		switch out {
+		case passAgain:
 			select {
 			case e.wake <- struct{}{}:
 			default:
 			}
-		case after > 0:
-			timer.Reset(after)
+		case passWait:
+			timer = e.clock.NewTimer(e.poll.Step())
+		case passFailed:
+			timer = e.clock.NewTimer(e.failures.Step())
 		}
 	}
 }
 
-// pass makes one round of progress on ev. It returns when to come back:
-// 0 for never (done, or superseded), a negative value for at once.
-func (e *Evictor) pass(ctx context.Context, ev decide.Evict, online []int) time.Duration {
-	retry := e.opts.RetryInterval
+// job is one eviction request as Start took it.
+type job struct {
+	ev     decide.Evict
+	online []int // the CPUs online when it was asked for
+}
+
+// next takes the newest request and a context for its pass, which a newer
+// Start cancels. ok is false when there is nothing to do.
+func (e *Evictor) next(ctx context.Context) (j job, pass context.Context, cancel context.CancelFunc, ok bool) {
+	e.mu.Lock()
+	have := e.want != nil
+	if have {
+		j = job{ev: *e.want, online: e.online}
+	}
+	ev := j.ev
+	pass, cancel = context.WithCancel(ctx)
+	e.cancel = cancel
+	e.mu.Unlock()
+	if !have {
+		return j, pass, cancel, false
+	}
+	if ev.Generation != e.gen || e.noted == nil {
+		// The pods evicted for an older generation stay in e.evicted:
+		// they are waited for until they are gone.
+		e.gen, e.done, e.reported, e.count = ev.Generation, false, nil, 0
+		e.noted = map[string]bool{}
+		e.log.Info("bringing pods within allocatable", "generation", ev.Generation,
+			"allocatable", ev.Allocatable.String(), "reason", ev.Reason)
+	}
+	return j, pass, cancel, !e.done
+}
+
+// outcome says when a pass wants to come back.
+type outcome int
+
+const (
+	passDone   outcome = iota // never: done, or superseded
+	passAgain                 // at once: evicted pods may be gone already
+	passWait                  // after RetryInterval: blocked, or pods terminating
+	passFailed                // after the failure backoff: an API call failed
+)
+
+// pass makes one round of progress on j.
+func (e *Evictor) pass(ctx context.Context, j job) outcome {
+	ev, online := j.ev, j.online
 	pods, err := e.listPods(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0
+			return passDone
 		}
 		e.m.ResizeErrors.WithLabelValues("eviction").Inc()
-		e.log.Warn("list the node's pods; will retry", "err", err, "in", retry)
-		return retry
+		e.log.Warn("list the node's pods; will retry", "err", err)
+		return passFailed
 	}
-
 	usages, leaving := e.usages(pods)
 	var exclusive map[string][]int
 	if e.opts.ExclusiveCPUs != nil {
@@ -235,69 +286,89 @@ func (e *Evictor) pass(ctx context.Context, ev decide.Evict, online []int) time.
 
 	victims, fits := Rank(usages, ev.Allocatable, online, exclusive)
 	if len(victims) == 0 {
-		switch {
-		case len(leaving) > 0:
-			if stuck := e.stuck(leaving); stuck != "" {
-				e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: stuck})
-			} else {
-				e.report(decide.EvictionReport{Generation: ev.Generation})
-			}
-			e.log.Debug("waiting for evicted pods to terminate", "generation", ev.Generation, "pods", len(leaving))
-			return retry
-		case fits:
-			e.done = true
-			e.report(decide.EvictionReport{Generation: ev.Generation, Done: true})
-			e.log.Info("pods fit the allocatable", "generation", ev.Generation,
-				"allocatable", ev.Allocatable.String(), "evicted", e.count)
-			return 0
-		default:
-			msg := cannotFit(usages, ev.Allocatable)
-			e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: msg})
-			e.once("cannot-fit", slog.LevelWarn, "pods that may not be evicted do not fit the allocatable", "generation", ev.Generation, "why", msg)
-			return retry
-		}
+		return e.settle(ev, usages, leaving, fits)
 	}
+	return e.evictAll(ctx, ev, victims)
+}
 
+// settle reports where ev stands when nobody is left to evict: waiting
+// for the evicted pods to terminate, done, or blocked by pods that may not
+// be evicted.
+func (e *Evictor) settle(ev decide.Evict, usages []PodUsage, leaving []*corev1.Pod, fits bool) outcome {
+	switch {
+	case len(leaving) > 0:
+		if stuck := e.stuck(leaving); stuck != "" {
+			e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: stuck})
+		} else {
+			e.report(decide.EvictionReport{Generation: ev.Generation})
+		}
+		e.log.Debug("waiting for evicted pods to terminate", "generation", ev.Generation, "pods", len(leaving))
+		return passWait
+	case fits:
+		e.done = true
+		e.report(decide.EvictionReport{Generation: ev.Generation, Done: true})
+		e.log.Info("pods fit the allocatable", "generation", ev.Generation,
+			"allocatable", ev.Allocatable.String(), "evicted", e.count)
+		return passDone
+	default:
+		msg := cannotFit(usages, ev.Allocatable)
+		e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: msg})
+		e.once("cannot-fit", slog.LevelWarn, "pods that may not be evicted do not fit the allocatable", "generation", ev.Generation, "why", msg)
+		return passWait
+	}
+}
+
+// evictAll evicts the victims in order, and stops at the first that is
+// refused: the ones after it wait, so that the kubelet's order is kept.
+func (e *Evictor) evictAll(ctx context.Context, ev decide.Evict, victims []PodUsage) outcome {
 	for _, v := range victims {
 		if ctx.Err() != nil {
-			return 0
+			return passDone
 		}
 		err := e.evict(ctx, v)
 		if err == nil {
 			e.evicted[v.UID] = v.String() // to be waited for, whatever generation comes next
 		}
 		if ctx.Err() != nil {
-			return 0 // superseded, or shutting down: the next pass looks again
+			return passDone // superseded, or shutting down: the next pass looks again
 		}
-		switch {
-		case err == nil:
-			e.count++
-			msg := fmt.Sprintf("Evicted pod %s: %s", v, v.Why)
-			e.log.Info("evicted pod", "pod", v.String(), "uid", v.UID, "reason", decide.EvictionReason,
-				"why", v.Why, "generation", ev.Generation)
-			if e.opts.Event != nil {
-				e.opts.Event(decide.EventWarning, decide.EvictionReason, msg)
-			}
-		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			// Gone already (or replaced by a new pod of the same name,
-			// which the UID precondition refuses): its memory is free.
-			e.log.Info("pod to evict is already gone", "pod", v.String(), "uid", v.UID, "generation", ev.Generation)
-		default:
-			if msg, ok := disruptionBudgetMessage(err); ok {
-				blocked := fmt.Sprintf("pod %s: eviction blocked by a PodDisruptionBudget: %s", v, msg)
-				e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: blocked})
-				e.log.Warn("eviction blocked by a PodDisruptionBudget; will retry", "pod", v.String(),
-					"message", msg, "generation", ev.Generation, "in", retry)
-				return retry
-			}
-			e.m.ResizeErrors.WithLabelValues("eviction").Inc()
-			e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: fmt.Sprintf("pod %s: eviction failed: %v", v, err)})
-			e.log.Warn("evict pod; will retry", "pod", v.String(), "err", err, "generation", ev.Generation, "in", retry)
-			return retry
+		if out, stop := e.evicted1(ev, v, err); stop {
+			return out
 		}
 		e.report(decide.EvictionReport{Generation: ev.Generation}) // proceeding: clears an earlier Blocked
 	}
-	return -1 // look again at once: the evicted pods may be gone already
+	return passAgain // look again at once: the evicted pods may be gone already
+}
+
+// evicted1 handles the answer to one eviction; stop says the pass ends
+// with out.
+func (e *Evictor) evicted1(ev decide.Evict, v PodUsage, err error) (out outcome, stop bool) {
+	switch {
+	case err == nil:
+		e.count++
+		e.log.Info("evicted pod", "pod", v.String(), "uid", v.UID, "reason", decide.EvictionReason,
+			"why", v.Why, "generation", ev.Generation)
+		if e.opts.Event != nil {
+			e.opts.Event(decide.EventWarning, decide.EvictionReason, fmt.Sprintf("Evicted pod %s: %s", v, v.Why))
+		}
+		return passAgain, false
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Gone already (or replaced by a new pod of the same name,
+		// which the UID precondition refuses): its memory is free.
+		e.log.Info("pod to evict is already gone", "pod", v.String(), "uid", v.UID, "generation", ev.Generation)
+		return passAgain, false
+	}
+	if msg, ok := disruptionBudgetMessage(err); ok {
+		blocked := fmt.Sprintf("pod %s: eviction blocked by a PodDisruptionBudget: %s", v, msg)
+		e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: blocked})
+		e.log.Warn("eviction blocked by a PodDisruptionBudget; will retry", "pod", v.String(),
+			"message", msg, "generation", ev.Generation)
+		return passWait, true
+	}
+	e.m.ResizeErrors.WithLabelValues("eviction").Inc()
+	e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: fmt.Sprintf("pod %s: eviction failed: %v", v, err)})
+	e.log.Warn("evict pod; will retry", "pod", v.String(), "err", err, "generation", ev.Generation)
+	return passFailed, true
 }
 
 // listPods lists the node's pods that are not terminal.
@@ -424,7 +495,7 @@ func disruptionBudgetMessage(err error) (string, bool) {
 // period (the kubelet may be down), or "" when none is.
 func (e *Evictor) stuck(leaving []*corev1.Pod) string {
 	const slack = 30 * time.Second
-	now := e.now()
+	now := e.clock.Now()
 	for _, p := range leaving {
 		if p.DeletionTimestamp == nil {
 			continue

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
@@ -59,6 +60,7 @@ type evHarness struct {
 	ev     *Evictor
 	m      *metrics.Metrics
 	logs   *syncBuffer
+	clock  *clocktesting.FakeClock
 
 	mu       sync.Mutex // guards the fields below
 	onEvict  func(ns, name string) error
@@ -106,7 +108,8 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptio
 		objs[i] = p
 	}
 	h := &evHarness{t: t, client: fake.NewClientset(objs...), m: metrics.New(), logs: &syncBuffer{},
-		ws: map[string]int64{}, reported: make(chan struct{}, 1000)}
+		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		ws:    map[string]int64{}, reported: make(chan struct{}, 1000)}
 	h.client.PrependReactor("create", "pods", h.react)
 	opts := EvictorOptions{
 		NodeName: evNode,
@@ -123,15 +126,46 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptio
 			defer h.mu.Unlock()
 			h.events = append(h.events, string(typ)+" "+reason+" "+msg)
 		},
-		RetryInterval: 5 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:       h.m,
+		RetryInterval:    evRetry,
+		MaxRetryInterval: evMaxRetry,
+		Clock:            h.clock,
+		Logger:           slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:          h.m,
 	}
 	if configure != nil {
 		configure(&opts)
 	}
 	h.ev = NewEvictor(h.client, opts)
 	return h
+}
+
+// The evictor's waits under test, in fake time.
+const (
+	evRetry    = 5 * time.Second
+	evMaxRetry = 20 * time.Second
+)
+
+// tick waits until the evictor waits for its clock, and lets the longest
+// wait it may have chosen pass.
+func (h *evHarness) tick() {
+	h.t.Helper()
+	waitFor(h.t, "the evictor to wait", h.clock.HasWaiters)
+	h.clock.Step(evMaxRetry * 3 / 2)
+}
+
+// fireWait checks that the evictor waits at least lo and less than hi, and
+// lets hi pass.
+func (h *evHarness) fireWait(lo, hi time.Duration) {
+	h.t.Helper()
+	waitFor(h.t, "the evictor to wait", h.clock.HasWaiters)
+	h.clock.Step(lo - time.Nanosecond)
+	if !h.clock.HasWaiters() {
+		h.t.Fatalf("came back before %v", lo)
+	}
+	h.clock.Step(hi - lo + time.Nanosecond)
+	if h.clock.HasWaiters() {
+		h.t.Fatalf("did not come back within %v", hi)
+	}
 }
 
 // run starts Run and stops it when the test ends.
@@ -324,7 +358,10 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 		t.Errorf("report %+v, want Blocked %q", r, want)
 	}
 	// It retries, and nobody else is evicted meanwhile: the order holds.
-	evWaitFor(t, "retries", func() bool { return len(h.evictions()) >= 3 })
+	for n := 2; n <= 3; n++ {
+		h.fireWait(evRetry, evRetry*6/5) // steady: a refusal is not a failure
+		waitFor(t, "a retry", func() bool { return len(h.evictions()) == n })
+	}
 	for _, e := range h.evictions() {
 		if e != "default/a" {
 			t.Fatalf("evicted %s while a was blocked", e)
@@ -333,6 +370,7 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 	mu.Lock()
 	refuse = false
 	mu.Unlock()
+	h.tick()
 	h.waitReport("Done", evDone(3))
 
 	rs := h.allReports()
@@ -401,7 +439,7 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 			close(inFlight)
 			<-release // the API server is slow to answer
 		}
-		return evMarkDeleted(h, ns, name, time.Now().Add(30*time.Second))
+		return evMarkDeleted(h, ns, name, h.clock.Now().Add(30*time.Second))
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30)) // a and b must go
@@ -413,7 +451,9 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 	close(release)
 	// a's eviction went through after all: generation 2 waits for it to
 	// terminate before it reports Done.
-	time.Sleep(50 * time.Millisecond) // give a wrongly continuing pass time to show
+	// Once the evictor waits for the clock, a wrongly continuing pass
+	// has shown.
+	waitFor(t, "generation 2 to wait for a", h.clock.HasWaiters)
 	if got := h.evictions(); !slices.Equal(got, []string{"default/a"}) {
 		t.Errorf("evicted %v, want only a (b belonged to the superseded pass)", got)
 	}
@@ -425,6 +465,7 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 	if err := h.client.Tracker().Delete(podsGVR, "default", "a"); err != nil {
 		t.Fatal(err)
 	}
+	h.tick()
 	h.waitReport("Done for generation 2", evDone(2))
 	for _, r := range h.allReports() {
 		if r.Generation != 2 {
@@ -439,12 +480,10 @@ func TestEvictorWaitsForEvictedPodsToTerminate(t *testing.T) {
 		evPod("b", "1Gi", 0, corev1.PodQOSBurstable),
 	}, nil)
 	h.ws = map[string]int64{"uid-a": 3 << 30, "uid-b": 1 << 30}
-	now := time.Now()
-	h.ev.now = func() time.Time { return now.Add(10 * time.Minute) }
 	h.setOnEvict(func(ns, name string) error {
 		// The API server marks the pod for deletion; the kubelet does
-		// not get round to it.
-		return evMarkDeleted(h, ns, name, now.Add(30*time.Second))
+		// not get round to it: its grace period ended 9.5 minutes ago.
+		return evMarkDeleted(h, ns, name, h.clock.Now().Add(-10*time.Minute+30*time.Second))
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 2<<30))
@@ -463,6 +502,7 @@ func TestEvictorWaitsForEvictedPodsToTerminate(t *testing.T) {
 	if err := h.client.Tracker().Delete(podsGVR, "default", "a"); err != nil {
 		t.Fatal(err)
 	}
+	h.tick()
 	h.waitReport("Done", evDone(1))
 }
 
@@ -517,10 +557,12 @@ func TestEvictorAPIErrors(t *testing.T) {
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30))
+	h.tick() // after the failed list
 	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "pod default/a: eviction failed:") || !strings.Contains(r.Blocked, "etcd is sad") {
 		t.Errorf("Blocked = %q", r.Blocked)
 	}
+	h.tick() // after the failed eviction
 	h.waitReport("Done", evDone(1))
 	if got := testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("eviction")); got != 2 {
 		t.Errorf("eviction errors = %v, want 2 (one list, one eviction)", got)
@@ -639,14 +681,4 @@ func evMarkDeleted(h *evHarness, ns, name string, at time.Time) error {
 	p := obj.(*corev1.Pod).DeepCopy()
 	p.DeletionTimestamp = &metav1.Time{Time: at}
 	return h.client.Tracker().Update(podsGVR, p, ns)
-}
-
-func evWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }

@@ -12,16 +12,6 @@ import (
 	"github.com/node-resized/node-resized/decide"
 )
 
-// Aliases kept where the Node is read.
-const (
-	AnnotationConfiguredCapacity = decide.AnnotationConfiguredCapacity
-	SourceSpec                   = decide.SourceSpec
-	SourceAnnotation             = decide.SourceAnnotation
-)
-
-// NodeView is what the daemon needs of its Node.
-type NodeView = decide.NodeView
-
 // rawNode is the part of a Node this package reads, decoded from raw JSON so
 // that fields the client's types do not know (spec.configuredCapacity) are
 // not lost.
@@ -47,13 +37,13 @@ type rawNode struct {
 	} `json:"status"`
 }
 
-// ParseNode reads a Node from its JSON.
-func ParseNode(b []byte) (NodeView, error) {
+// ParseNode reads what the daemon needs of a Node from the Node's JSON.
+func ParseNode(b []byte) (decide.NodeView, error) {
 	var n rawNode
 	if err := json.Unmarshal(b, &n); err != nil {
-		return NodeView{}, fmt.Errorf("decode Node: %w", err)
+		return decide.NodeView{}, fmt.Errorf("decode Node: %w", err)
 	}
-	v := NodeView{
+	v := decide.NodeView{
 		Name:            n.Metadata.Name,
 		ResourceVersion: n.Metadata.ResourceVersion,
 		Capacity:        quantities(n.Status.Capacity),
@@ -61,11 +51,11 @@ func ParseNode(b []byte) (NodeView, error) {
 	}
 	switch {
 	case len(n.Spec.ConfiguredCapacity) > 0 && string(n.Spec.ConfiguredCapacity) != "null":
-		v.Configured = parseResourceList(n.Spec.ConfiguredCapacity, SourceSpec)
-		v.Source = SourceSpec
-	case n.Metadata.Annotations[AnnotationConfiguredCapacity] != "":
-		v.Configured = parseResourceList([]byte(n.Metadata.Annotations[AnnotationConfiguredCapacity]), SourceAnnotation)
-		v.Source = SourceAnnotation
+		v.Configured = parseResourceList(n.Spec.ConfiguredCapacity, decide.SourceSpec)
+		v.Source = decide.SourceSpec
+	case n.Metadata.Annotations[decide.AnnotationConfiguredCapacity] != "":
+		v.Configured = parseResourceList([]byte(n.Metadata.Annotations[decide.AnnotationConfiguredCapacity]), decide.SourceAnnotation)
+		v.Source = decide.SourceAnnotation
 	}
 	for _, c := range n.Status.Conditions {
 		switch c.Type {

@@ -5,24 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
@@ -33,6 +32,15 @@ import (
 // itself.
 const DefaultKubeconfig = "/etc/kubernetes/kubelet.conf"
 
+// DefaultQPS and DefaultBurst are the kubelet's own client limits
+// (kubeAPIQPS, kubeAPIBurst): the daemon speaks with the same node identity.
+// client-go's default (5 requests a second, bursts of 10) would throttle a
+// hotplug's patches, events and eviction pass behind each other.
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
 // Options configure the relay.
 type Options struct {
 	// Kubeconfig is the kubeconfig file. When empty, or when it does not
@@ -40,11 +48,65 @@ type Options struct {
 	Kubeconfig string
 	// NodeName is the Node this daemon speaks for.
 	NodeName string
-	Logger   *slog.Logger
-	Metrics  *metrics.Metrics
+	// NodeSubscribers receive the Node each time the watch sees it (after
+	// every list and every change), in order, on the watch's goroutine
+	// (see Run). They are called only while Run runs, so they may refer to
+	// things set up after the relay is built and before Run is called.
+	NodeSubscribers []NodeSubscriber
+	// QPS and Burst limit each API client Connect builds (defaults
+	// DefaultQPS and DefaultBurst). Connect rejects negative values.
+	QPS   float32
+	Burst int
+	// Logger receives the relay's structured logs, client-go's reflector
+	// logs among them.
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
 	// MinBackoff and MaxBackoff bound the retry delay of a failed patch
-	// (defaults 200ms and 30s).
+	// and of a restart of the Node watch (defaults 200ms and 30s). The
+	// delay doubles from MinBackoff up to MaxBackoff, and each delay is
+	// stretched by a random factor of up to 1.5 (see retryJitter), so that
+	// the nodes of a fleet do not retry in lockstep after an API server
+	// outage.
 	MinBackoff, MaxBackoff time.Duration
+	// Clock is the relay's clock (default the real one).
+	Clock clock.Clock
+}
+
+// validate checks the options a caller sets from flags.
+func (o Options) validate() error {
+	if o.QPS < 0 {
+		return fmt.Errorf("API client QPS must be positive, got %v", o.QPS)
+	}
+	if o.Burst < 0 {
+		return fmt.Errorf("API client burst must be positive, got %d", o.Burst)
+	}
+	return nil
+}
+
+// withDefaults fills in the options left zero.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New()
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 200 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
+	}
+	if o.QPS == 0 {
+		o.QPS = DefaultQPS
+	}
+	if o.Burst == 0 {
+		o.Burst = DefaultBurst
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o
 }
 
 // RestConfig builds the client configuration from a kubeconfig path, or
@@ -70,72 +132,82 @@ func RestConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Status is the wanted Node status: what the daemon publishes.
-type Status = decide.NodeStatus
-
-// Relay talks to the API server for one Node. It is safe for concurrent
+// Relay talks to the API server for one Node: it publishes the wanted
+// status, records events and watches the Node. It is safe for concurrent
 // use; Run must be called once.
 type Relay struct {
 	opts   Options
 	client kubernetes.Interface
+	// nodes reads the Node as JSON (unstructured), so that fields the
+	// typed client does not know are kept.
+	nodes dynamic.NamespaceableResourceInterface
 	// evictClient is client without client-go's retries of a 429.
 	evictClient kubernetes.Interface
 	log         *slog.Logger
 	m           *metrics.Metrics
+	clock       clock.Clock
 
 	events   events.EventBroadcaster
 	recorder events.EventRecorder
 
 	wake chan struct{}
 
-	mu        sync.Mutex // guards the fields below
-	want      *Status    // the newest wanted status, nil when none
-	sent      *Status    // the last status the API server acknowledged
+	mu        sync.Mutex         // guards the fields below
+	subs      []NodeSubscriber   // the watch's subscribers, in order
+	want      *decide.NodeStatus // the newest wanted status, nil when none
+	sent      *decide.NodeStatus // the last status the API server acknowledged
 	patches   uint64
 	lastErr   error
 	lastPatch time.Time
 }
 
-// New returns a relay over client.
-func New(client kubernetes.Interface, opts Options) *Relay {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = metrics.New()
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = 200 * time.Millisecond
-	}
-	if opts.MaxBackoff < opts.MinBackoff {
-		opts.MaxBackoff = 30 * time.Second
-	}
+// New returns a relay that patches and records events through client and
+// reads and watches the Node through nodes. Options are taken as they are
+// (QPS and Burst only matter to Connect).
+func New(client kubernetes.Interface, nodes dynamic.Interface, opts Options) *Relay {
+	opts = opts.withDefaults()
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	return &Relay{
 		opts:     opts,
 		client:   client,
+		nodes:    nodes.Resource(corev1.SchemeGroupVersion.WithResource("nodes")),
 		log:      opts.Logger,
 		m:        opts.Metrics,
+		clock:    opts.Clock,
 		events:   b,
 		recorder: b.NewRecorder(scheme.Scheme, "node-resized"),
 		wake:     make(chan struct{}, 1),
+		subs:     slices.Clone(opts.NodeSubscribers),
 	}
 }
 
-// Connect builds a client from opts.Kubeconfig and returns a relay.
+// Connect builds the API clients from opts.Kubeconfig, limited to
+// opts.QPS requests a second in bursts of opts.Burst, and returns a relay.
 func Connect(opts Options) (*Relay, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	cfg, err := RestConfig(opts.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	cfg.UserAgent = "node-resized"
-	// client-go's default (5 requests a second, bursts of 10) throttles a
-	// hotplug's patches, events and eviction pass behind each other; the
-	// kubelet allows 50 and bursts of 100 for the same node identity.
-	cfg.QPS, cfg.Burst = 50, 100
+	return connect(cfg, opts)
+}
+
+// connect builds the relay's clients on cfg.
+func connect(cfg *rest.Config, opts Options) (*Relay, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	cfg = clientConfig(cfg, opts)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	nodes, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create the Node client: %w", err)
 	}
 	// Evictions get a client that does not sit out a refusal: client-go
 	// retries a 429 with Retry-After up to ten times, which would hide a
@@ -145,11 +217,19 @@ func Connect(opts Options) (*Relay, error) {
 	ecfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return noRetryAfter{rt} })
 	eclient, err := kubernetes.NewForConfig(ecfg)
 	if err != nil {
-		return nil, fmt.Errorf("create Kubernetes client: %w", err)
+		return nil, fmt.Errorf("create the eviction client: %w", err)
 	}
-	r := New(client, opts)
+	r := New(client, nodes, opts)
 	r.evictClient = eclient
 	return r, nil
+}
+
+// clientConfig is a copy of cfg with the relay's user agent and limits.
+func clientConfig(cfg *rest.Config, opts Options) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "node-resized"
+	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	return cfg
 }
 
 // noRetryAfter drops Retry-After from 429 answers so that client-go hands
@@ -174,110 +254,25 @@ func (r *Relay) EvictionClient() kubernetes.Interface {
 	return r.client
 }
 
-// GetNode reads the Node as raw JSON.
-func (r *Relay) GetNode(ctx context.Context) (NodeView, error) {
-	b, err := r.client.CoreV1().RESTClient().Get().Resource("nodes").Name(r.opts.NodeName).DoRaw(ctx)
-	if err != nil {
-		return NodeView{}, fmt.Errorf("get Node %s: %w", r.opts.NodeName, err)
+// Run runs the relay until ctx is done: the event broadcaster, the status
+// patch worker and the Node watch, the latter two on goroutines of their
+// own that end with ctx and are waited for before Run returns. It returns
+// nil once ctx is done, or an error when the event recorder cannot start.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.events.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("start the event recorder: %w", err)
 	}
-	return ParseNode(b)
-}
-
-// Watch calls fn with the Node each time it changes, until ctx is done. It
-// lists and watches only this Node (a field selector on its name), decodes
-// it as raw JSON, and starts over with backoff when the watch breaks or the
-// API server is away. fn runs on Watch's goroutine.
-func (r *Relay) Watch(ctx context.Context, fn func(NodeView)) error {
-	backoff := r.opts.MinBackoff
-	for ctx.Err() == nil {
-		err := r.watchOnce(ctx, fn)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			r.log.Warn("watch Node; retrying", "node", r.opts.NodeName, "err", err, "in", backoff)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, r.opts.MaxBackoff)
-		if err == nil {
-			backoff = r.opts.MinBackoff
-		}
-	}
+	defer r.events.Shutdown()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.sendStatuses(ctx) })
+	wg.Go(func() { r.watchNode(ctx) })
+	wg.Wait()
 	return nil
-}
-
-func (r *Relay) watchOnce(ctx context.Context, fn func(NodeView)) error {
-	sel := fields.OneTermEqualSelector("metadata.name", r.opts.NodeName).String()
-	var list struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-		Items []json.RawMessage `json:"items"`
-	}
-	b, err := r.client.CoreV1().RESTClient().Get().Resource("nodes").
-		VersionedParams(&metav1.ListOptions{FieldSelector: sel}, scheme.ParameterCodec).DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("list Node %s: %w", r.opts.NodeName, err)
-	}
-	if err := json.Unmarshal(b, &list); err != nil {
-		return fmt.Errorf("decode Node list: %w", err)
-	}
-	for _, item := range list.Items {
-		v, err := ParseNode(item)
-		if err != nil {
-			return err
-		}
-		fn(v)
-	}
-	timeout := int64(600)
-	body, err := r.client.CoreV1().RESTClient().Get().Resource("nodes").
-		VersionedParams(&metav1.ListOptions{
-			FieldSelector:   sel,
-			Watch:           true,
-			ResourceVersion: list.Metadata.ResourceVersion,
-			TimeoutSeconds:  &timeout,
-		}, scheme.ParameterCodec).
-		Stream(ctx)
-	if err != nil {
-		return fmt.Errorf("watch Node %s: %w", r.opts.NodeName, err)
-	}
-	defer body.Close()
-	// Decode the watch stream by hand: the typed decoder would drop
-	// fields the client does not know, spec.configuredCapacity among them.
-	dec := json.NewDecoder(body)
-	for {
-		var ev struct {
-			Type   watch.EventType `json:"type"`
-			Object json.RawMessage `json:"object"`
-		}
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return nil // the server ended the watch: list again
-			}
-			return fmt.Errorf("read the Node watch: %w", err)
-		}
-		switch ev.Type {
-		case watch.Added, watch.Modified:
-			v, err := ParseNode(ev.Object)
-			if err != nil {
-				return err
-			}
-			fn(v)
-		case watch.Error:
-			var st metav1.Status
-			_ = json.Unmarshal(ev.Object, &st)
-			return fmt.Errorf("watch Node %s: %w", r.opts.NodeName, apierrors.FromObject(&st))
-		}
-	}
 }
 
 // Publish sets the wanted Node status. It never blocks: the worker sends
 // the newest wanted status, so a burst of changes costs one patch.
-func (r *Relay) Publish(s Status) {
+func (r *Relay) Publish(s decide.NodeStatus) {
 	r.mu.Lock()
 	if r.want != nil && !r.want.Since.IsZero() && (s.Since.IsZero() || r.want.Since.Before(s.Since)) {
 		// Keep the earliest unacknowledged hardware change for the
@@ -290,38 +285,6 @@ func (r *Relay) Publish(s Status) {
 	case r.wake <- struct{}{}:
 	default:
 	}
-}
-
-// Republish sends the wanted status again if the Node no longer shows it
-// (a kubelet rewrote status.capacity from its own view).
-func (r *Relay) Republish(v NodeView) {
-	r.mu.Lock()
-	sent := r.sent
-	pending := r.want != nil
-	r.mu.Unlock()
-	if sent == nil || pending || shows(v, *sent) {
-		return
-	}
-	r.log.Info("Node status no longer shows the published capacity; publishing it again",
-		"node", r.opts.NodeName, "node_capacity", v.Capacity.String(), "published", sent.Capacity.String())
-	again := *sent
-	again.Since = time.Time{}
-	r.Publish(again)
-}
-
-// shows reports whether the Node shows the status s.
-func shows(v NodeView, s Status) bool {
-	for k, want := range s.Capacity {
-		if got, ok := v.Capacity[k]; !ok || got != want {
-			return false
-		}
-	}
-	for k, want := range s.Allocatable {
-		if got, ok := v.Allocatable[k]; !ok || got != want {
-			return false
-		}
-	}
-	return v.Condition != nil && v.Condition.Status == s.Condition.Status && v.Condition.Reason == s.Condition.Reason
 }
 
 // Event records an event on the Node. It never blocks.
@@ -344,23 +307,21 @@ func (r *Relay) Stats() Stats {
 	return s
 }
 
-// Run sends wanted statuses until ctx is done, and runs the event
-// broadcaster. A failed patch is retried with exponential backoff; what is
-// retried is always the newest wanted status.
-func (r *Relay) Run(ctx context.Context) error {
-	if err := r.events.StartRecordingToSinkWithContext(ctx); err != nil {
-		return fmt.Errorf("start the event recorder: %w", err)
-	}
-	defer r.events.Shutdown()
-	backoff := r.opts.MinBackoff
-	var retry <-chan time.Time
+// sendStatuses sends wanted statuses until ctx is done. A failed patch is
+// retried with jittered exponential backoff; what is retried is always the
+// newest wanted status, and a newer status is sent at once.
+func (r *Relay) sendStatuses(ctx context.Context) {
+	backoff := retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+	var retry clock.Timer
+	defer func() { stopTimer(retry) }()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-r.wake:
-		case <-retry:
+		case <-timerC(retry):
 		}
+		stopTimer(retry)
 		retry = nil
 		r.mu.Lock()
 		want := r.want
@@ -370,45 +331,54 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		err := r.patch(ctx, *want)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
-		r.mu.Lock()
 		if err != nil {
-			r.lastErr = err
-			r.mu.Unlock()
-			r.m.ResizeErrors.WithLabelValues("api_patch").Inc()
-			r.log.Warn("patch Node status; will retry", "node", r.opts.NodeName, "err", err, "in", backoff)
-			retry = time.After(backoff)
-			backoff = min(backoff*2, r.opts.MaxBackoff)
+			delay := backoff.Step()
+			r.patchFailed(err, delay)
+			retry = r.clock.NewTimer(delay)
 			continue
 		}
-		backoff = r.opts.MinBackoff
-		r.lastErr = nil
-		r.patches++
-		r.lastPatch = time.Now()
-		r.sent = want
-		if r.want == want {
-			r.want = nil // nothing newer arrived meanwhile
-		}
-		r.mu.Unlock()
-		if !want.Since.IsZero() {
-			lat := time.Since(want.Since)
-			r.m.PatchLatency.Observe(lat.Seconds())
-			r.log.Info("Node status patched", "node", r.opts.NodeName, "capacity", want.Capacity.String(),
-				"condition", string(want.Condition.Reason), "latency", lat)
-		} else {
-			r.log.Info("Node status patched", "node", r.opts.NodeName, "capacity", want.Capacity.String(),
-				"condition", string(want.Condition.Reason))
-		}
+		backoff = retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+		r.patched(want)
 	}
+}
+
+// patchFailed records a failed patch.
+func (r *Relay) patchFailed(err error, retryIn time.Duration) {
+	r.mu.Lock()
+	r.lastErr = err
+	r.mu.Unlock()
+	r.m.ResizeErrors.WithLabelValues("api_patch").Inc()
+	r.log.Warn("patch Node status; will retry", "node", r.opts.NodeName, "err", err, "in", retryIn)
+}
+
+// patched records that the API server acknowledged want.
+func (r *Relay) patched(want *decide.NodeStatus) {
+	r.mu.Lock()
+	r.lastErr = nil
+	r.patches++
+	r.lastPatch = r.clock.Now()
+	r.sent = want
+	if r.want == want {
+		r.want = nil // nothing newer arrived meanwhile
+	}
+	r.mu.Unlock()
+	args := []any{"node", r.opts.NodeName, "capacity", want.Capacity.String(), "condition", string(want.Condition.Reason)}
+	if !want.Since.IsZero() {
+		lat := r.clock.Since(want.Since)
+		r.m.PatchLatency.Observe(lat.Seconds())
+		args = append(args, "latency", lat)
+	}
+	r.log.Info("Node status patched", args...)
 }
 
 // patch sends one strategic-merge patch of the Node's status: the
 // resources node-resized manages in capacity and allocatable (pods and
 // extended resources are left alone) and its own condition (conditions
 // merge by type, so no other condition is touched).
-func (r *Relay) patch(ctx context.Context, s Status) error {
-	now := metav1.NewTime(time.Now())
+func (r *Relay) patch(ctx context.Context, s decide.NodeStatus) error {
+	now := metav1.NewTime(r.clock.Now())
 	ltt := metav1.NewTime(s.Condition.LastTransitionTime)
 	if s.Condition.LastTransitionTime.IsZero() {
 		ltt = now

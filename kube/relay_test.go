@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -15,119 +14,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 )
 
-func TestParseNodeConfiguredCapacity(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		json    string
-		present bool
-		source  string
-		raw     map[string]string
-		invalid string
-	}{
-		{"absent", `{"metadata":{"name":"n"}}`, false, "", nil, ""},
-		{"spec field wins over annotation",
-			`{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"1\"}"}},"spec":{"configuredCapacity":{"cpu":"4","memory":"8Gi"}}}`,
-			true, SourceSpec, map[string]string{"cpu": "4", "memory": "8Gi"}, ""},
-		{"annotation", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"2\",\"memory\":\"4Gi\"}"}}}`,
-			true, SourceAnnotation, map[string]string{"cpu": "2", "memory": "4Gi"}, ""},
-		{"annotation with numbers", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":2}"}}}`,
-			true, SourceAnnotation, map[string]string{"cpu": "2"}, ""},
-		{"garbage annotation", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"four cpus please"}}}`,
-			true, SourceAnnotation, nil, "not a JSON object"},
-		{"nested object", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":{\"n\":1}}"}}}`,
-			true, SourceAnnotation, nil, "want a quantity string"},
-		{"empty annotation is absent", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":""}}}`, false, "", nil, ""},
-		{"null spec field falls back", `{"metadata":{"name":"n"},"spec":{"configuredCapacity":null}}`, false, "", nil, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			v, err := ParseNode([]byte(tc.json))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := v.Configured
-			if c.Present != tc.present || v.Source != tc.source {
-				t.Fatalf("present %v source %q, want %v %q", c.Present, v.Source, tc.present, tc.source)
-			}
-			if tc.invalid != "" {
-				if !strings.Contains(c.Invalid, tc.invalid) {
-					t.Errorf("Invalid = %q, want it to say %q", c.Invalid, tc.invalid)
-				}
-				return
-			}
-			if len(c.Raw) != len(tc.raw) {
-				t.Fatalf("raw %v, want %v", c.Raw, tc.raw)
-			}
-			for k, v := range tc.raw {
-				if c.Raw[k] != v {
-					t.Errorf("raw[%s] = %q, want %q", k, c.Raw[k], v)
-				}
-			}
-		})
-	}
-}
-
-func TestParseNodeStatus(t *testing.T) {
-	v, err := ParseNode([]byte(`{"metadata":{"name":"n","resourceVersion":"7"},"status":{
-		"capacity":{"cpu":"4","memory":"16Gi","pods":"110"},"allocatable":{"cpu":"3500m","memory":"15Gi"},
-		"conditions":[{"type":"Ready","status":"True"},{"type":"CapacityConfigured","status":"False","reason":"Infeasible","message":"too big"}]}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Capacity["cpu"] != 4000 || v.Capacity["memory"] != 16<<30 || v.Allocatable["cpu"] != 3500 {
-		t.Errorf("capacity %v allocatable %v", v.Capacity, v.Allocatable)
-	}
-	if !v.Ready || v.Condition == nil || v.Condition.Reason != decide.ReasonInfeasible || v.Condition.Message != "too big" {
-		t.Errorf("ready %v condition %+v", v.Ready, v.Condition)
-	}
-	if _, err := ParseNode([]byte(`{`)); err == nil {
-		t.Error("ParseNode accepted broken JSON")
-	}
-}
-
-// TestAnnotationNumbers: JSON numbers in the annotation are the quantities
-// their literals spell, to the last digit; anything else that is not a
-// string makes the request malformed.
-func TestAnnotationNumbers(t *testing.T) {
-	c := parseResourceList([]byte(`{"cpu": 1.5, "memory": 8589934592, "hugepages-2Mi": 1e3, "ephemeral-storage": 0.0000001, "x": "4"}`), SourceAnnotation)
-	want := map[string]string{"cpu": "1.5", "memory": "8589934592", "hugepages-2Mi": "1e3", "ephemeral-storage": "0.0000001", "x": "4"}
-	if c.Invalid != "" || !reflect.DeepEqual(c.Raw, want) {
-		t.Fatalf("parsed %+v, want raw %v", c, want)
-	}
-	for _, bad := range []string{`{"cpu": true}`, `{"cpu": {"a": 1}}`, `{"cpu": null}`, `[1]`, `4`} {
-		if c := parseResourceList([]byte(bad), SourceAnnotation); c.Invalid == "" {
-			t.Errorf("%s: parsed %+v, want it invalid", bad, c)
-		}
-	}
-}
-
-func TestResourceListMatchesKubeletForms(t *testing.T) {
-	got := (resources.List{"cpu": 4000, "memory": 24683620 << 10, "hugepages-2Mi": 0, "ephemeral-storage": 264212084 << 10}).Strings()
-	want := map[string]string{"cpu": "4", "memory": "24683620Ki", "hugepages-2Mi": "0", "ephemeral-storage": "264212084Ki"}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %q, want %q", k, got[k], v)
-		}
-	}
-	if got := (resources.List{"cpu": 3500}).Strings(); got["cpu"] != "3500m" {
-		t.Errorf("cpu 3500m rendered %q", got["cpu"])
-	}
-}
+// Backoff bounds of the relay under test, in fake time.
+const (
+	testMinBackoff = time.Second
+	testMaxBackoff = 4 * time.Second
+)
 
 // patchRecorder records the status patches the fake API server receives
 // and fails the first n of them.
 type patchRecorder struct {
-	mu      sync.Mutex
-	patches [][]byte
-	fail    int
-	got     chan struct{}
+	mu       sync.Mutex
+	patches  [][]byte
+	attempts int
+	fail     int
+	got      chan struct{}
 }
 
 func (p *patchRecorder) react(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -143,6 +57,7 @@ func (p *patchRecorder) react(a k8stesting.Action) (bool, runtime.Object, error)
 		default:
 		}
 	}()
+	p.attempts++
 	if p.fail > 0 {
 		p.fail--
 		return true, nil, errors.New("connection refused")
@@ -157,7 +72,41 @@ func (p *patchRecorder) count() int {
 	return len(p.patches)
 }
 
-func startRelay(t *testing.T, fail int) (*Relay, *fake.Clientset, *patchRecorder, *metrics.Metrics) {
+func (p *patchRecorder) tries() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attempts
+}
+
+// relayHarness runs a Relay against fake clients: the typed one takes
+// the status patches, the dynamic one serves the Node's list and watch.
+type relayHarness struct {
+	r      *Relay
+	client *fake.Clientset
+	nodes  *dynamicfake.FakeDynamicClient
+	rec    *patchRecorder
+	m      *metrics.Metrics
+	clock  *clocktesting.FakeClock
+}
+
+var nodesGVR = corev1.SchemeGroupVersion.WithResource("nodes")
+
+// unstructuredNode is the Node worker-1 as the API server sends it.
+func unstructuredNode(capacity, allocatable, condition map[string]any) *unstructured.Unstructured {
+	conditions := []any{map[string]any{"type": "Ready", "status": "True", "reason": "KubeletReady"}}
+	if condition != nil {
+		conditions = append(conditions, condition)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Node",
+		"metadata":   map[string]any{"name": "worker-1"},
+		"status":     map[string]any{"capacity": capacity, "allocatable": allocatable, "conditions": conditions},
+	}}
+	return u
+}
+
+func startRelay(t *testing.T, fail int, subs ...NodeSubscriber) *relayHarness {
 	t.Helper()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
@@ -165,39 +114,66 @@ func startRelay(t *testing.T, fail int) (*Relay, *fake.Clientset, *patchRecorder
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
 		},
 	}
-	client := fake.NewClientset(node)
-	rec := &patchRecorder{fail: fail, got: make(chan struct{}, 100)}
-	client.PrependReactor("patch", "nodes", rec.react)
-	m := metrics.New()
-	r := New(client, Options{NodeName: "worker-1", Metrics: m, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	h := &relayHarness{
+		client: fake.NewClientset(node),
+		nodes: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{nodesGVR: "NodeList"}, unstructuredNode(map[string]any{"cpu": "4"}, map[string]any{"cpu": "4"}, nil)),
+		rec:   &patchRecorder{fail: fail, got: make(chan struct{}, 100)},
+		m:     metrics.New(),
+		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+	}
+	h.client.PrependReactor("patch", "nodes", h.rec.react)
+	h.r = New(h.client, h.nodes, Options{NodeName: "worker-1", Metrics: h.m, NodeSubscribers: subs,
+		MinBackoff: testMinBackoff, MaxBackoff: testMaxBackoff, Clock: h.clock})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- h.r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return after cancel")
 		}
 	})
-	return r, client, rec, m
+	return h
 }
 
+// waitFor waits for another goroutine to make cond true. It polls: what
+// it waits for is the scheduler, not time.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if cond() {
-			return
-		}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Microsecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
-func status(cpu int64, reason decide.Reason) Status {
+// fireRetry checks that the worker waits at least base and less than
+// 1.5×base (the jitter) for its retry, and lets that time pass.
+func (h *relayHarness) fireRetry(t *testing.T, base time.Duration) {
+	t.Helper()
+	waitFor(t, "the worker to wait for its retry", h.clock.HasWaiters)
+	h.clock.Step(base - time.Nanosecond)
+	if !h.clock.HasWaiters() {
+		t.Fatalf("retried before %v", base)
+	}
+	h.clock.Step(base/2 + time.Nanosecond)
+	if h.clock.HasWaiters() {
+		t.Fatalf("no retry within 1.5×%v", base)
+	}
+}
+
+func status(cpu int64, reason decide.Reason) decide.NodeStatus {
 	st := decide.StatusTrue
 	if reason != decide.ReasonAccepted {
 		st = decide.StatusFalse
 	}
-	return Status{
+	return decide.NodeStatus{
 		Capacity:    resources.List{"cpu": cpu * 1000, "memory": 8 << 30},
 		Allocatable: resources.List{"cpu": cpu * 1000, "memory": 7 << 30},
 		Condition:   decide.Condition{Status: st, Reason: reason, Message: "m"},
@@ -205,20 +181,20 @@ func status(cpu int64, reason decide.Reason) Status {
 }
 
 func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
-	r, client, rec, m := startRelay(t, 0)
+	h := startRelay(t, 0)
 	s := status(4, decide.ReasonAccepted)
-	s.Since = time.Now().Add(-5 * time.Millisecond)
-	r.Publish(s)
-	waitFor(t, "one patch", func() bool { return r.Stats().Patches == 1 })
+	s.Since = h.clock.Now().Add(-5 * time.Millisecond)
+	h.r.Publish(s)
+	waitFor(t, "one patch", func() bool { return h.r.Stats().Patches == 1 })
 
 	var body map[string]map[string]any
-	if err := json.Unmarshal(rec.patches[0], &body); err != nil {
+	if err := json.Unmarshal(h.rec.patches[0], &body); err != nil {
 		t.Fatal(err)
 	}
 	if len(body) != 1 || len(body["status"]) != 3 {
-		t.Errorf("patch touches more than status capacity/allocatable/conditions: %s", rec.patches[0])
+		t.Errorf("patch touches more than status capacity/allocatable/conditions: %s", h.rec.patches[0])
 	}
-	n, err := client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
+	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +202,9 @@ func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	for _, c := range n.Status.Conditions {
 		ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
 		ours = ours || (c.Type == decide.ConditionType && c.Reason == "Accepted")
+		if c.Type == decide.ConditionType && !c.LastHeartbeatTime.Time.Equal(h.clock.Now()) {
+			t.Errorf("heartbeat %v, want the relay's clock %v", c.LastHeartbeatTime, h.clock.Now())
+		}
 	}
 	if !ready || !ours {
 		t.Errorf("conditions after the patch: %+v; want Ready kept and CapacityConfigured added", n.Status.Conditions)
@@ -233,58 +212,164 @@ func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	if q := n.Status.Capacity[corev1.ResourceCPU]; q.String() != "4" {
 		t.Errorf("capacity cpu %s, want 4", q.String())
 	}
-	if n := testutil.CollectAndCount(m.PatchLatency); n != 1 {
+	if n := testutil.CollectAndCount(h.m.PatchLatency); n != 1 {
 		t.Errorf("patch latency histogram has %d series", n)
 	}
 }
 
 func TestNewestStatusWinsAfterOutage(t *testing.T) {
-	r, client, rec, m := startRelay(t, 3)
+	h := startRelay(t, 3)
 	// The API server is away for the first three attempts; meanwhile the
 	// machine changes twice more. Only the newest status may land.
-	r.Publish(status(4, decide.ReasonAccepted))
-	waitFor(t, "a failed attempt", func() bool { return testutil.ToFloat64(m.ResizeErrors.WithLabelValues("api_patch")) >= 1 })
-	r.Publish(status(3, decide.ReasonAccepted))
-	r.Publish(status(2, decide.ReasonEmergencyReduced))
-	waitFor(t, "a successful patch", func() bool { return rec.count() >= 1 })
-	waitFor(t, "no pending status", func() bool { return !r.Stats().Pending })
-	n, _ := client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
+	h.r.Publish(status(4, decide.ReasonAccepted))
+	waitFor(t, "a failed attempt", func() bool { return testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")) >= 1 })
+	h.r.Publish(status(3, decide.ReasonAccepted))
+	h.r.Publish(status(2, decide.ReasonEmergencyReduced))
+	for h.rec.count() == 0 {
+		waitFor(t, "a retry or a patch", func() bool { return h.clock.HasWaiters() || h.rec.count() > 0 })
+		h.clock.Step(testMaxBackoff * 3 / 2)
+	}
+	waitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending })
+	n, _ := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
 	if q := n.Status.Capacity[corev1.ResourceCPU]; q.String() != "2" {
 		t.Errorf("capacity cpu %s after the outage, want the newest (2)", q.String())
 	}
-	if rec.count() != 1 {
-		t.Errorf("%d successful patches, want 1 (older statuses are superseded)", rec.count())
+	if h.rec.count() != 1 {
+		t.Errorf("%d successful patches, want 1 (older statuses are superseded)", h.rec.count())
 	}
-	if got := testutil.ToFloat64(m.ResizeErrors.WithLabelValues("api_patch")); got != 3 {
+	if got := testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")); got != 3 {
 		t.Errorf("api_patch errors = %v, want 3", got)
 	}
 }
 
-func TestBurstOfPublishesIsOnePatch(t *testing.T) {
-	r, _, rec, _ := startRelay(t, 0)
-	rec.mu.Lock() // hold the first patch so the burst piles up behind it
-	for i := range 512 {
-		r.Publish(status(int64(1+i%4), decide.ReasonAccepted))
+// TestPatchBackoffDoublesToItsCapAndResets: each retry waits between its
+// base delay and 1.5 times that; the base doubles from MinBackoff up to
+// MaxBackoff, and a success starts over from MinBackoff.
+func TestPatchBackoffDoublesToItsCapAndResets(t *testing.T) {
+	h := startRelay(t, 5)
+	h.r.Publish(status(4, decide.ReasonAccepted))
+	for i, base := range []time.Duration{1, 2, 4, 4, 4} {
+		h.fireRetry(t, base*testMinBackoff)
+		waitFor(t, "the next attempt", func() bool { return h.rec.tries() == i+2 })
 	}
-	rec.mu.Unlock()
-	waitFor(t, "no pending status", func() bool { return !r.Stats().Pending && rec.count() > 0 })
-	if n := rec.count(); n > 2 {
+	waitFor(t, "the patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+	h.rec.mu.Lock()
+	h.rec.fail = 1
+	h.rec.mu.Unlock()
+	h.r.Publish(status(3, decide.ReasonAccepted))
+	waitFor(t, "a failed attempt", func() bool { return h.rec.tries() == 7 })
+	h.fireRetry(t, testMinBackoff)
+	waitFor(t, "the second patch", func() bool { return h.rec.count() == 2 })
+}
+
+func TestRetryBackoffIsJitteredAndCapped(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		b := retryBackoff(time.Second, 8*time.Second)
+		for i, base := range []time.Duration{1, 2, 4, 8, 8, 8} {
+			d := b.Step()
+			if lo, hi := base*time.Second, base*time.Second*3/2; d < lo || d >= hi {
+				t.Fatalf("step %d: %v, want in [%v, %v)", i, d, lo, hi)
+			}
+			if i == 0 {
+				seen[d] = true
+			}
+		}
+	}
+	if len(seen) < 50 {
+		t.Errorf("100 first delays took only %d values: retries would come in lockstep", len(seen))
+	}
+	p := pollBackoff(5 * time.Second)
+	for range 100 {
+		if d := p.Step(); d < 5*time.Second || d >= 6*time.Second {
+			t.Fatalf("poll wait %v, want in [5s, 6s)", d)
+		}
+	}
+}
+
+func TestBurstOfPublishesIsOnePatch(t *testing.T) {
+	h := startRelay(t, 0)
+	h.rec.mu.Lock() // hold the first patch so the burst piles up behind it
+	for i := range 512 {
+		h.r.Publish(status(int64(1+i%4), decide.ReasonAccepted))
+	}
+	h.rec.mu.Unlock()
+	waitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending && h.rec.count() > 0 })
+	if n := h.rec.count(); n > 2 {
 		t.Errorf("%d patches for a burst of 512 publishes, want at most 2", n)
 	}
 }
 
+// viewRecorder is a NodeSubscriber that keeps what it is given.
+type viewRecorder struct {
+	name  string
+	log   *[]string
+	mu    *sync.Mutex
+	views chan decide.NodeView
+}
+
+func (v viewRecorder) OnNode(n decide.NodeView) {
+	v.mu.Lock()
+	*v.log = append(*v.log, v.name)
+	v.mu.Unlock()
+	if v.views != nil {
+		v.views <- n
+	}
+}
+
+// TestRepublishWhenTheKubeletRevertsCapacity: the relay's own watch sees
+// the Node; when it shows what was published nothing happens, when a
+// kubelet wrote its boot-time view back the relay publishes again.
 func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
-	r, _, rec, _ := startRelay(t, 0)
+	var mu sync.Mutex
+	var calls []string
+	views := make(chan decide.NodeView, 10)
+	h := startRelay(t, 0, viewRecorder{name: "first", log: &calls, mu: &mu}, viewRecorder{name: "second", log: &calls, mu: &mu, views: views})
+	<-views // the initial list
 	s := status(2, decide.ReasonEmergencyReduced)
-	r.Publish(s)
-	waitFor(t, "the first patch", func() bool { return rec.count() == 1 && !r.Stats().Pending })
-	v := NodeView{Capacity: s.Capacity, Allocatable: s.Allocatable, Condition: &s.Condition}
-	r.Republish(v) // the Node shows what we sent: nothing to do
-	time.Sleep(20 * time.Millisecond)
-	if rec.count() != 1 {
+	h.r.Publish(s)
+	waitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+
+	ours := map[string]any{"type": decide.ConditionType, "status": string(s.Condition.Status), "reason": string(s.Condition.Reason)}
+	update := func(cpu string) {
+		t.Helper()
+		n := unstructuredNode(map[string]any{"cpu": cpu, "memory": "8Gi"}, map[string]any{"cpu": "2", "memory": "7Gi"}, ours)
+		if _, err := h.nodes.Resource(nodesGVR).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update("2") // the Node shows what was sent
+	update("2") // again: its view is handed over after the first one's republish check
+	<-views
+	<-views
+	if h.rec.count() != 1 || h.r.Stats().Pending {
 		t.Fatalf("republished a status the Node already shows")
 	}
-	v.Capacity = resources.List{"cpu": 4000, "memory": 8 << 30} // the kubelet's boot-time view
-	r.Republish(v)
-	waitFor(t, "a second patch", func() bool { return rec.count() == 2 })
+	update("4") // the kubelet's boot-time view
+	if v := <-views; v.Capacity["cpu"] != 4000 {
+		t.Fatalf("watched capacity %v", v.Capacity)
+	}
+	waitFor(t, "a second patch", func() bool { return h.rec.count() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(calls, ","); got != "first,second,first,second,first,second,first,second" {
+		t.Errorf("subscriber calls %s, want first,second for each of the 4 views", got)
+	}
+}
+
+func TestClientConfigLimits(t *testing.T) {
+	cfg := clientConfig(&rest.Config{Host: "https://api:6443"}, Options{}.withDefaults())
+	if cfg.QPS != DefaultQPS || cfg.Burst != DefaultBurst || cfg.UserAgent != "node-resized" {
+		t.Errorf("default limits: QPS %v burst %d agent %q, want %v %d node-resized", cfg.QPS, cfg.Burst, cfg.UserAgent, DefaultQPS, DefaultBurst)
+	}
+	cfg = clientConfig(&rest.Config{Host: "https://api:6443"}, Options{QPS: 7, Burst: 9}.withDefaults())
+	if cfg.QPS != 7 || cfg.Burst != 9 {
+		t.Errorf("limits QPS %v burst %d, want 7 9", cfg.QPS, cfg.Burst)
+	}
+	for _, o := range []Options{{QPS: -1}, {Burst: -1}} {
+		_, err := Connect(o)
+		if err == nil || !strings.Contains(err.Error(), "must be positive") {
+			t.Errorf("Connect(QPS %v, Burst %d) = %v, want a rejection", o.QPS, o.Burst, err)
+		}
+	}
 }

@@ -1,0 +1,109 @@
+package kube
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/node-resized/node-resized/resources"
+
+	"github.com/node-resized/node-resized/decide"
+)
+
+func TestParseNodeConfiguredCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		json    string
+		present bool
+		source  string
+		raw     map[string]string
+		invalid string
+	}{
+		{"absent", `{"metadata":{"name":"n"}}`, false, "", nil, ""},
+		{"spec field wins over annotation",
+			`{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"1\"}"}},"spec":{"configuredCapacity":{"cpu":"4","memory":"8Gi"}}}`,
+			true, decide.SourceSpec, map[string]string{"cpu": "4", "memory": "8Gi"}, ""},
+		{"annotation", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"2\",\"memory\":\"4Gi\"}"}}}`,
+			true, decide.SourceAnnotation, map[string]string{"cpu": "2", "memory": "4Gi"}, ""},
+		{"annotation with numbers", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":2}"}}}`,
+			true, decide.SourceAnnotation, map[string]string{"cpu": "2"}, ""},
+		{"garbage annotation", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"four cpus please"}}}`,
+			true, decide.SourceAnnotation, nil, "not a JSON object"},
+		{"nested object", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":{\"n\":1}}"}}}`,
+			true, decide.SourceAnnotation, nil, "want a quantity string"},
+		{"empty annotation is absent", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":""}}}`, false, "", nil, ""},
+		{"null spec field falls back", `{"metadata":{"name":"n"},"spec":{"configuredCapacity":null}}`, false, "", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := ParseNode([]byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := v.Configured
+			if c.Present != tc.present || v.Source != tc.source {
+				t.Fatalf("present %v source %q, want %v %q", c.Present, v.Source, tc.present, tc.source)
+			}
+			if tc.invalid != "" {
+				if !strings.Contains(c.Invalid, tc.invalid) {
+					t.Errorf("Invalid = %q, want it to say %q", c.Invalid, tc.invalid)
+				}
+				return
+			}
+			if len(c.Raw) != len(tc.raw) {
+				t.Fatalf("raw %v, want %v", c.Raw, tc.raw)
+			}
+			for k, v := range tc.raw {
+				if c.Raw[k] != v {
+					t.Errorf("raw[%s] = %q, want %q", k, c.Raw[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestParseNodeStatus(t *testing.T) {
+	v, err := ParseNode([]byte(`{"metadata":{"name":"n","resourceVersion":"7"},"status":{
+		"capacity":{"cpu":"4","memory":"16Gi","pods":"110"},"allocatable":{"cpu":"3500m","memory":"15Gi"},
+		"conditions":[{"type":"Ready","status":"True"},{"type":"CapacityConfigured","status":"False","reason":"Infeasible","message":"too big"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Capacity["cpu"] != 4000 || v.Capacity["memory"] != 16<<30 || v.Allocatable["cpu"] != 3500 {
+		t.Errorf("capacity %v allocatable %v", v.Capacity, v.Allocatable)
+	}
+	if !v.Ready || v.Condition == nil || v.Condition.Reason != decide.ReasonInfeasible || v.Condition.Message != "too big" {
+		t.Errorf("ready %v condition %+v", v.Ready, v.Condition)
+	}
+	if _, err := ParseNode([]byte(`{`)); err == nil {
+		t.Error("ParseNode accepted broken JSON")
+	}
+}
+
+// TestAnnotationNumbers: JSON numbers in the annotation are the quantities
+// their literals spell, to the last digit; anything else that is not a
+// string makes the request malformed.
+func TestAnnotationNumbers(t *testing.T) {
+	c := parseResourceList([]byte(`{"cpu": 1.5, "memory": 8589934592, "hugepages-2Mi": 1e3, "ephemeral-storage": 0.0000001, "x": "4"}`), decide.SourceAnnotation)
+	want := map[string]string{"cpu": "1.5", "memory": "8589934592", "hugepages-2Mi": "1e3", "ephemeral-storage": "0.0000001", "x": "4"}
+	if c.Invalid != "" || !reflect.DeepEqual(c.Raw, want) {
+		t.Fatalf("parsed %+v, want raw %v", c, want)
+	}
+	for _, bad := range []string{`{"cpu": true}`, `{"cpu": {"a": 1}}`, `{"cpu": null}`, `[1]`, `4`} {
+		if c := parseResourceList([]byte(bad), decide.SourceAnnotation); c.Invalid == "" {
+			t.Errorf("%s: parsed %+v, want it invalid", bad, c)
+		}
+	}
+}
+
+func TestResourceListMatchesKubeletForms(t *testing.T) {
+	got := (resources.List{"cpu": 4000, "memory": 24683620 << 10, "hugepages-2Mi": 0, "ephemeral-storage": 264212084 << 10}).Strings()
+	want := map[string]string{"cpu": "4", "memory": "24683620Ki", "hugepages-2Mi": "0", "ephemeral-storage": "264212084Ki"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if got := (resources.List{"cpu": 3500}).Strings(); got["cpu"] != "3500m" {
+		t.Errorf("cpu 3500m rendered %q", got["cpu"])
+	}
+}

@@ -1,0 +1,186 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/node-resized/node-resized/decide"
+)
+
+// NodeSubscriber receives the Node each time the relay's watch sees it.
+// The agent's OnNode has this shape.
+type NodeSubscriber interface {
+	OnNode(decide.NodeView)
+}
+
+// NodeSubscriberFunc adapts a function to NodeSubscriber.
+type NodeSubscriberFunc func(decide.NodeView)
+
+// OnNode calls f(v).
+func (f NodeSubscriberFunc) OnNode(v decide.NodeView) { f(v) }
+
+// Subscribe adds subscribers after the ones in Options. They get the
+// views the watch sees from then on; subscribing before Run gets them all.
+func (r *Relay) Subscribe(subs ...NodeSubscriber) {
+	r.mu.Lock()
+	r.subs = append(r.subs, subs...)
+	r.mu.Unlock()
+}
+
+// GetNode reads the Node once, as JSON, so that spec.configuredCapacity is
+// kept when the API server serves it. It does not retry: the caller bounds
+// it with ctx and goes on without the API server when it fails.
+func (r *Relay) GetNode(ctx context.Context) (decide.NodeView, error) {
+	u, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return decide.NodeView{}, fmt.Errorf("get Node %s: %w", r.opts.NodeName, err)
+	}
+	return parseUnstructured(u)
+}
+
+// parseUnstructured reads a Node decoded as unstructured JSON. Unstructured
+// keeps every field the server sent; ParseNode picks what it needs.
+func parseUnstructured(u *unstructured.Unstructured) (decide.NodeView, error) {
+	b, err := u.MarshalJSON()
+	if err != nil {
+		return decide.NodeView{}, fmt.Errorf("encode Node %s: %w", u.GetName(), err)
+	}
+	return ParseNode(b)
+}
+
+// watchNode hands the Node to the subscribers, and republishes the status
+// when the Node no longer shows it, each time the Node is listed or
+// changes, until ctx is done. client-go's reflector lists the Node (a field
+// selector on its name) from the API server's cache (resourceVersion 0),
+// watches it from there with bookmarks, relists when the watch's
+// resourceVersion is too old, and restarts after failures with the relay's
+// jittered backoff. The reflector logs through the relay's logger (its
+// failures as errors, carried by ctx).
+func (r *Relay) watchNode(ctx context.Context) {
+	logger := logr.FromSlogHandler(r.log.Handler())
+	ctx = logr.NewContext(ctx, logger)
+	expected := &unstructured.Unstructured{}
+	expected.SetGroupVersionKind(nodeGVK)
+	backoff := retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+	refl := cache.NewReflectorWithOptions(r.nodeListWatch(), expected, nodeStore{r}, cache.ReflectorOptions{
+		Name:            "Node " + r.opts.NodeName,
+		TypeDescription: "Node",
+		Logger:          &logger,
+		Clock:           r.clock,
+		Backoff:         &backoff,
+	})
+	refl.RunWithContext(ctx)
+}
+
+var nodeGVK = corev1.SchemeGroupVersion.WithKind("Node")
+
+// nodeListWatch lists and watches only this Node, as unstructured objects.
+func (r *Relay) nodeListWatch() cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", r.opts.NodeName).String()
+	return noWatchList{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return r.nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return r.nodes.Watch(ctx, o)
+		},
+	}}
+}
+
+// noWatchList makes the reflector start with a plain list rather than a
+// streaming watch-list: for one object, a list served from the API
+// server's cache (resourceVersion 0) is as cheap, and every API server
+// version answers it the same way.
+type noWatchList struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells the reflector to list.
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// nodeStore is where the reflector puts what it lists and watches: each
+// Node goes to Relay.observe on the reflector's goroutine. Nothing is
+// stored; a deleted Node is ignored (the last configured capacity stays).
+type nodeStore struct{ r *Relay }
+
+var _ cache.ReflectorStore = nodeStore{}
+
+func (s nodeStore) Add(obj any) error    { s.r.observe(obj); return nil }
+func (s nodeStore) Update(obj any) error { s.r.observe(obj); return nil }
+func (s nodeStore) Delete(any) error     { return nil }
+func (s nodeStore) Resync() error        { return nil }
+
+func (s nodeStore) Replace(list []any, _ string) error {
+	for _, obj := range list {
+		s.r.observe(obj)
+	}
+	return nil
+}
+
+// observe hands one listed or watched Node to the subscribers, in order,
+// then republishes the status if the Node no longer shows it.
+func (r *Relay) observe(obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		r.log.Warn("Node watch delivered an unexpected object", "node", r.opts.NodeName, "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	if u.GetName() != r.opts.NodeName {
+		return // the field selector already says so; a lenient server may not
+	}
+	v, err := parseUnstructured(u)
+	if err != nil {
+		r.log.Warn("read the watched Node", "node", r.opts.NodeName, "err", err)
+		return
+	}
+	r.mu.Lock()
+	subs := r.subs
+	r.mu.Unlock()
+	for _, s := range subs {
+		s.OnNode(v)
+	}
+	r.republish(v)
+}
+
+// republish sends the status the API server acknowledged last again if the
+// Node no longer shows it (a kubelet rewrote status.capacity from its own
+// view) and nothing newer is pending.
+func (r *Relay) republish(v decide.NodeView) {
+	r.mu.Lock()
+	sent := r.sent
+	pending := r.want != nil
+	r.mu.Unlock()
+	if sent == nil || pending || shows(v, *sent) {
+		return
+	}
+	r.log.Info("Node status no longer shows the published capacity; publishing it again",
+		"node", r.opts.NodeName, "node_capacity", v.Capacity.String(), "published", sent.Capacity.String())
+	again := *sent
+	again.Since = time.Time{}
+	r.Publish(again)
+}
+
+// shows reports whether the Node shows the status s.
+func shows(v decide.NodeView, s decide.NodeStatus) bool {
+	for k, want := range s.Capacity {
+		if got, ok := v.Capacity[k]; !ok || got != want {
+			return false
+		}
+	}
+	for k, want := range s.Allocatable {
+		if got, ok := v.Allocatable[k]; !ok || got != want {
+			return false
+		}
+	}
+	return v.Condition != nil && v.Condition.Status == s.Condition.Status && v.Condition.Reason == s.Condition.Reason
+}
