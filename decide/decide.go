@@ -11,39 +11,6 @@ import (
 // DefaultJitterMemory is the memory drift that is not a change: 100Mi.
 const DefaultJitterMemory int64 = 100 << 20
 
-// Policy defaults.
-const (
-	DefaultSettleDelay     = 30 * time.Second
-	DefaultRestartInterval = 10 * time.Minute
-	DefaultRestartTimeout  = 5 * time.Minute
-)
-
-// Policy tunes when the kubelet is restarted. A zero field takes its default.
-// Policy is a plain value, safe for concurrent reads.
-type Policy struct {
-	// SettleDelay is how long the target must stay unchanged before the
-	// kubelet is restarted to adopt it.
-	SettleDelay time.Duration `json:"settleDelay,omitempty"`
-	// RestartInterval is the least time between two kubelet restarts.
-	RestartInterval time.Duration `json:"restartInterval,omitempty"`
-	// RestartTimeout is how long a restarted kubelet has to come back Ready
-	// with the target capacity.
-	RestartTimeout time.Duration `json:"restartTimeout,omitempty"`
-}
-
-func (p Policy) withDefaults() Policy {
-	if p.SettleDelay <= 0 {
-		p.SettleDelay = DefaultSettleDelay
-	}
-	if p.RestartInterval <= 0 {
-		p.RestartInterval = DefaultRestartInterval
-	}
-	if p.RestartTimeout <= 0 {
-		p.RestartTimeout = DefaultRestartTimeout
-	}
-	return p
-}
-
 // EvictionReport is the evictor's progress on the Evict of one generation.
 // It is a plain value, safe for concurrent reads.
 type EvictionReport struct {
@@ -56,26 +23,6 @@ type EvictionReport struct {
 	// Blocked says why eviction cannot proceed (a PodDisruptionBudget, …);
 	// empty when it is proceeding.
 	Blocked string `json:"blocked,omitempty"`
-}
-
-// Kubelet is what is known of the running kubelet. It is a plain value, safe
-// for concurrent reads.
-type Kubelet struct {
-	// Known is false when nothing is known; the kubelet is then never
-	// restarted and never waited for.
-	Known bool `json:"known"`
-	// Capacity is the capacity the running kubelet read from the machine
-	// when it started (cpu, memory, hugepages-*, ephemeral-storage); a
-	// resource missing here is not compared.
-	Capacity resources.List `json:"capacity,omitempty"`
-	// Ready is the Node's Ready condition.
-	Ready bool `json:"ready,omitempty"`
-	// RestartAllowed is the caller's verdict that kubelet.service may be
-	// restarted now: policy allows it, the unit is active, and a changed CPU
-	// set will not stop a static CPU manager from starting.
-	RestartAllowed bool `json:"restartAllowed,omitempty"`
-	// RestartBlocked says why RestartAllowed is false.
-	RestartBlocked string `json:"restartBlocked,omitempty"`
 }
 
 // Input is everything Decide looks at. Decide does not modify it: an Input
@@ -175,235 +122,88 @@ func managed(name string) bool {
 //
 // Decide is a pure function: safe for concurrent use.
 func Decide(in Input) Decision {
-	jitter := in.JitterMemory
-	if jitter <= 0 {
-		jitter = DefaultJitterMemory
+	p := pass{in: in, pol: in.Policy.withDefaults(), jitter: in.JitterMemory, prev: in.Previous.clone()}
+	if p.jitter <= 0 {
+		p.jitter = DefaultJitterMemory
 	}
-	pol := in.Policy.withDefaults()
-	prev := in.Previous.clone()
-	r := in.Reservations
-	now := in.Now
-
 	raw := in.Physical.published()
-	if problems := checkPhysical(in.Physical, raw, r); len(problems) > 0 {
-		d := Decision{
-			Target:    prev.Applied.Clone(),
-			Physical:  raw,
-			Condition: prev.Condition,
-			Next:      prev,
-			Err:       &RejectedError{What: "physical capacity", Problems: problems},
-		}
-		if prev.Applied != nil {
-			d.Allocatable = Allocatable(prev.Applied, r)
-		}
-		return d
+	if problems := checkPhysical(in.Physical, raw, in.Reservations); len(problems) > 0 {
+		return p.refusePhysical(raw, problems)
 	}
+	p.phys = steadyMemory(raw, p.prev.Physical, p.jitter)
+	p.ev = evaluate(in.Configured, p.phys, in.Physical.SwapActive, in.Reservations)
 
-	// Memory drift under the jitter tolerance is not a change.
+	pl := p.choosePath()
+	next := p.nextState(pl)
+	cond, ks := p.condition(pl, &next)
+	next.Condition = cond
+	alloc := Allocatable(pl.desired, in.Reservations)
+	return Decision{
+		Target:       pl.desired.Clone(),
+		Allocatable:  alloc,
+		Physical:     p.phys,
+		Condition:    cond,
+		Actions:      p.actions(pl, next, alloc, ks.restart),
+		Next:         next,
+		RequeueAfter: ks.requeue,
+		Ignored:      p.ev.ignored,
+		Err:          configuredError(p.ev),
+	}
+}
+
+// pass is what one call of Decide has established before it chooses a
+// path: its input with the defaults applied and, once the physical reading
+// is accepted, the physical and the configured capacity as judged. The
+// steps that follow read it and do not modify it.
+type pass struct {
+	in     Input
+	pol    Policy
+	jitter int64
+	prev   State          // a copy of in.Previous that the pass may keep
+	phys   resources.List // the physical capacity, memory held within the jitter
+	ev     evaluation     // the configured capacity judged against phys
+}
+
+// refusePhysical is the decision on a nonsense physical reading: everything
+// stays as it was, and the reading is reported.
+func (p pass) refusePhysical(raw resources.List, problems []string) Decision {
+	d := Decision{
+		Target:    p.prev.Applied.Clone(),
+		Physical:  raw,
+		Condition: p.prev.Condition,
+		Next:      p.prev,
+		Err:       &RejectedError{What: "physical capacity", Problems: problems},
+	}
+	if p.prev.Applied != nil {
+		d.Allocatable = Allocatable(p.prev.Applied, p.in.Reservations)
+	}
+	return d
+}
+
+// steadyMemory returns the physical capacity with memory held at its
+// previous value while it drifts by less than the jitter tolerance: such a
+// drift is not a change.
+func steadyMemory(raw, prevPhys resources.List, jitter int64) resources.List {
 	phys := raw.Clone()
-	if pm, ok := prev.Physical[resources.Memory]; ok && absDiff(phys[resources.Memory], pm) < jitter {
+	if pm, ok := prevPhys[resources.Memory]; ok && absDiff(phys[resources.Memory], pm) < jitter {
 		phys[resources.Memory] = pm
 	}
+	return phys
+}
 
-	ev := evaluate(in.Configured, phys, in.Physical.SwapActive, r)
-
-	firstRun := prev.Applied == nil
-	applied := prev.Applied
-	if firstRun {
-		applied = baseline(in.Kubelet, phys)
+// configuredError is the Decision.Err for a configured capacity refused
+// outright, nil otherwise.
+func configuredError(ev evaluation) error {
+	if !ev.rejected() {
+		return nil
 	}
-
-	// Where does this spec value lead, and what is the target on the way?
-	var mode Reason
-	var desired resources.List
-	switch {
-	case prev.EmergencySpec != "" && prev.EmergencySpec == ev.key:
-		// Path B, held: the oversized spec is ignored until it changes.
-		mode = ReasonEmergencyReduced
-		desired = phys.Clone()
-		for name, v := range ev.values {
-			if t, ok := prev.EmergencyTarget[name]; ok {
-				v = t
-			}
-			desired[name] = minInt64(v, phys[name])
-		}
-	case ev.rejected():
-		mode = ReasonInfeasible
-		desired = hold(applied, phys)
-	case len(ev.over) > 0:
-		if !firstRun && prev.Spec == ev.key && prev.Outcome == ReasonAccepted {
-			// Path B: the spec was satisfied and the hardware fell below it.
-			mode = ReasonEmergencyReduced
-			desired = specTarget(ev, phys)
-		} else {
-			// Path A1 hold: spec first, hardware not there (yet).
-			mode = ReasonInfeasible
-			desired = hold(applied, phys)
-		}
-	default:
-		mode = ReasonAccepted
-		desired = specTarget(ev, phys)
+	var problems []string
+	problems = append(problems, ev.malformed...)
+	if ev.swap {
+		problems = append(problems, "memory is configured but swap is active: swap-enabled nodes are not supported")
 	}
-	for name := range applied {
-		if _, ok := desired[name]; !ok {
-			desired[name] = 0 // a resource that is gone
-		}
-	}
-
-	var forced, planned, grown []string
-	for _, name := range union(applied, desired) {
-		a, d := applied[name], desired[name]
-		switch {
-		case d < a && a > phys[name]:
-			forced = append(forced, name)
-		case d < a:
-			planned = append(planned, name)
-		case d > a:
-			grown = append(grown, name)
-		}
-	}
-	changed := len(forced)+len(planned)+len(grown) > 0
-	shrinking := len(forced)+len(planned) > 0
-
-	next := prev
-	next.Version = StateVersion
-	next.Spec = ev.key
-	next.Outcome = mode
-	next.Physical = phys.Clone()
-	next.Applied = desired
-	if mode == ReasonEmergencyReduced {
-		next.EmergencySpec = ev.key
-		next.EmergencyTarget = resources.List{}
-		for name := range ev.values {
-			next.EmergencyTarget[name] = desired[name]
-		}
-	} else {
-		next.EmergencySpec, next.EmergencyTarget = "", nil
-	}
-	if changed {
-		next.Generation++
-		next.ChangedAt = now
-		next.Evicting = shrinking
-		next.InProgress = ""
-	}
-	gen := next.Generation
-
-	d := Decision{
-		Target:      desired.Clone(),
-		Allocatable: Allocatable(desired, r),
-		Physical:    phys,
-		Ignored:     ev.ignored,
-	}
-	if ev.rejected() {
-		var problems []string
-		problems = append(problems, ev.malformed...)
-		if ev.swap {
-			problems = append(problems, "memory is configured but swap is active: swap-enabled nodes are not supported")
-		}
-		problems = append(problems, ev.below...)
-		d.Err = &RejectedError{What: "configured capacity", Problems: problems}
-	}
-
-	// The condition as it stands after this pass.
-	var cond Condition
-	var restart bool
-	switch {
-	case changed && len(forced) > 0:
-		next.InProgress = fmt.Sprintf("physical capacity fell below the applied capacity (%s); kubepods clamped, evicting pods that no longer fit",
-			transitions(forced, applied, desired))
-		cond = Condition{Status: StatusFalse, Reason: ReasonInProgress, Message: next.InProgress}
-	case changed && len(planned) > 0:
-		next.InProgress = fmt.Sprintf("lowering capacity (%s): status lowered, shrinking kubepods and evicting pods that no longer fit",
-			transitions(planned, applied, desired))
-		cond = Condition{Status: StatusFalse, Reason: ReasonInProgress, Message: next.InProgress}
-	case prev.Evicting && in.Eviction.Generation == gen && in.Eviction.Done:
-		next.Evicting = false
-		next.InProgress = ""
-	}
-	if next.Evicting && !changed {
-		msg := next.InProgress
-		if in.Eviction.Generation == gen && in.Eviction.Blocked != "" {
-			msg += "; eviction blocked: " + in.Eviction.Blocked
-		}
-		cond = Condition{Status: StatusFalse, Reason: ReasonInProgress, Message: msg}
-	}
-	if !next.Evicting {
-		switch mode {
-		case ReasonInfeasible:
-			cond = Condition{Status: StatusFalse, Reason: ReasonInfeasible,
-				Message: fmt.Sprintf("configured capacity %s is not applied: %s; capacity held at %s",
-					ev.key, ev.problems(phys), desired)}
-		case ReasonEmergencyReduced:
-			cond = Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced,
-				Message: fmt.Sprintf("physical capacity fell below the configured capacity %s; capacity clamped to %s and held until the configured capacity is lowered to at most the physical capacity",
-					ev.key, next.EmergencyTarget)}
-			ks := kubeletStep(in, pol, jitter, desired, phys, &next)
-			restart, d.RequeueAfter = ks.restart, ks.requeue
-		case ReasonAccepted:
-			ks := kubeletStep(in, pol, jitter, desired, phys, &next)
-			restart, d.RequeueAfter = ks.restart, ks.requeue
-			if ks.waiting != "" {
-				cond = Condition{Status: StatusFalse, Reason: ReasonInProgress,
-					Message: fmt.Sprintf("capacity %s applied; %s", desired, ks.waiting)}
-			} else {
-				msg := fmt.Sprintf("capacity %s applied", desired)
-				if !ev.present {
-					msg += " (no configured capacity: following the hardware)"
-				}
-				if ks.note != "" {
-					msg += "; " + ks.note
-				}
-				cond = Condition{Status: StatusTrue, Reason: ReasonAccepted, Message: msg}
-			}
-		}
-	}
-	if cond.Status == prev.Condition.Status && cond.Reason == prev.Condition.Reason {
-		cond.LastTransitionTime = prev.Condition.LastTransitionTime
-	} else {
-		cond.LastTransitionTime = now
-	}
-	next.Condition = cond
-	d.Condition = cond
-
-	// The actions, in the order the paths prescribe. Each gets its own
-	// copies, so that no two values of the decision share a map.
-	limits := func() CgroupLimits { return KubepodsLimits(withPID(desired, in.Physical.Capacity[resources.PID]), r) }
-	patch := func() Action {
-		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: d.Allocatable.Clone(), Condition: cond}
-	}
-	evict := Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: d.Allocatable.Clone(), Reason: EvictionReason}
-	var acts []Action
-	switch {
-	case changed && len(forced) > 0: // Path B: physics first
-		acts = append(acts,
-			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
-			patch(),
-			EmitEvent{Type: EventWarning, Reason: EventEmergencyCapacityReduced, Message: next.InProgress},
-			evict)
-	case changed && len(planned) > 0: // Path A2: status first
-		acts = append(acts,
-			patch(),
-			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
-			evict)
-	case changed: // growth: room first, then advertise it
-		acts = append(acts,
-			GrowCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
-			patch())
-	case !cond.Same(prev.Condition):
-		acts = append(acts, patch())
-	}
-	switch {
-	case cond.Reason == ReasonInfeasible && !cond.Same(prev.Condition):
-		acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventCapacityInfeasible, Message: cond.Message})
-	case cond.Reason == ReasonAccepted && (prev.Condition.Reason != ReasonAccepted || changed):
-		acts = append(acts, EmitEvent{Type: EventNormal, Reason: EventCapacityAccepted, Message: cond.Message})
-	}
-	if restart {
-		acts = append(acts, RestartKubelet{Generation: gen, Capacity: desired.Clone()})
-	}
-	d.Actions = acts
-	d.Next = next
-	return d
+	problems = append(problems, ev.below...)
+	return &RejectedError{What: "configured capacity", Problems: problems}
 }
 
 // checkPhysical refuses nonsense hardware readings (KEP risk 8): zero or
@@ -436,39 +236,6 @@ func checkPhysical(p Physical, c resources.List, r Reservations) []string {
 		}
 	}
 	return problems
-}
-
-// baseline is what is taken as applied on the very first pass: what the
-// running kubelet enforces where known, the hardware elsewhere.
-func baseline(k Kubelet, phys resources.List) resources.List {
-	b := phys.Clone()
-	if k.Known {
-		for name, v := range k.Capacity {
-			if managed(name) {
-				b[name] = v
-			}
-		}
-	}
-	return b
-}
-
-// hold keeps what is applied, lowered only where the hardware forces it.
-func hold(applied, phys resources.List) resources.List {
-	out := make(resources.List, len(applied))
-	for name, v := range applied {
-		out[name] = minInt64(v, phys[name])
-	}
-	return out
-}
-
-// specTarget is the configured value for each configured resource, clamped
-// to physical, and the physical capacity for every other.
-func specTarget(ev evaluation, phys resources.List) resources.List {
-	out := phys.Clone()
-	for name, v := range ev.values {
-		out[name] = minInt64(v, phys[name])
-	}
-	return out
 }
 
 func withPID(c resources.List, pidMax int64) resources.List {
@@ -504,104 +271,4 @@ func absDiff(a, b int64) int64 {
 		return a - b
 	}
 	return b - a
-}
-
-// kubeletOutcome is the kubelet restart sub-step's verdict.
-type kubeletOutcome struct {
-	waiting string // non-empty: not Accepted yet, for this reason
-	note    string // Accepted, with this remark
-	restart bool
-	requeue time.Duration
-}
-
-// kubeletStep decides whether the kubelet must be restarted to adopt the
-// target and whether to wait for it. A stock kubelet re-reads the machine only
-// at start, so a restart helps only when the target is the physical capacity;
-// a restart is asked for after the change has settled, at most once per
-// RestartInterval, and a restarted kubelet must come back Ready with the
-// target before the change is Accepted.
-func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List, next *State) kubeletOutcome {
-	k := in.Kubelet
-	if !k.Known {
-		next.RestartPending = false
-		return kubeletOutcome{}
-	}
-	const waiting = "restarting the kubelet so that it adopts it; waiting for the Node to come back Ready with it"
-	now := in.Now
-	last := in.Previous.RestartAt
-	pending := in.Previous.RestartPending && !now.Before(last) && now.Sub(last) < pol.RestartTimeout
-	if kubeletMatches(k.Capacity, target, jitter) {
-		if pending && !k.Ready {
-			return kubeletOutcome{waiting: waiting, requeue: pol.RestartTimeout - now.Sub(last)}
-		}
-		next.RestartPending = false
-		return kubeletOutcome{}
-	}
-	if !sameOn(target, phys, jitter) {
-		next.RestartPending = false
-		return kubeletOutcome{note: "the kubelet is not restarted: the target is below the physical capacity, which a restarted kubelet would publish; node-resized keeps Node status at the target"}
-	}
-	if !k.RestartAllowed {
-		next.RestartPending = false
-		why := k.RestartBlocked
-		if why == "" {
-			why = "not allowed"
-		}
-		return kubeletOutcome{note: "the kubelet still runs with its start-up capacity; restart " + why}
-	}
-	if pending {
-		return kubeletOutcome{waiting: waiting, requeue: pol.RestartTimeout - now.Sub(last)}
-	}
-	next.RestartPending = false
-	wait := pol.SettleDelay - now.Sub(next.ChangedAt)
-	if !last.IsZero() {
-		if w := pol.RestartInterval - now.Sub(last); w > wait {
-			wait = w
-		}
-	}
-	if wait > 0 {
-		return kubeletOutcome{waiting: "waiting before restarting the kubelet (settle delay, restart rate limit)", requeue: wait}
-	}
-	next.RestartAt = now
-	next.RestartPending = true
-	return kubeletOutcome{waiting: waiting, restart: true, requeue: pol.RestartTimeout}
-}
-
-// kubeletMatches reports whether the kubelet's own view equals the target on
-// every managed resource the view reports (memory within the jitter
-// tolerance).
-func kubeletMatches(view, target resources.List, jitter int64) bool {
-	for name, v := range target {
-		w, ok := view[name]
-		if !ok || !managed(name) {
-			continue
-		}
-		if name == resources.Memory {
-			if absDiff(v, w) >= jitter {
-				return false
-			}
-		} else if v != w {
-			return false
-		}
-	}
-	return true
-}
-
-// sameOn reports whether the target is the physical capacity on every
-// managed resource (memory within the jitter tolerance).
-func sameOn(target, phys resources.List, jitter int64) bool {
-	for _, name := range union(target, phys) {
-		if !managed(name) {
-			continue
-		}
-		a, b := target[name], phys[name]
-		if name == resources.Memory {
-			if absDiff(a, b) >= jitter {
-				return false
-			}
-		} else if a != b {
-			return false
-		}
-	}
-	return true
 }

@@ -11,6 +11,13 @@
 // limits) is reproduced exactly, so that what node-resized publishes and
 // enforces is what a kubelet started on the same machine would compute.
 //
+// One pass goes in steps, each a function of what the earlier ones
+// established: refuse a nonsense physical reading; hold memory within the
+// jitter tolerance; judge the configured capacity (configured.go); choose the
+// path and the target (paths.go); follow a shrink in flight or settle the
+// CapacityConfigured condition, with the kubelet restart step (condition.go,
+// kubelet.go); and list the actions in the order the path prescribes.
+//
 // Amounts are int64 in base units: cpu in millicores, every other resource in
 // bytes. The kubelet's reservations and eviction thresholds may be a fraction
 // of a unit (0.3Gi is 322122547.2 bytes); Reservations and Threshold carry

@@ -1,0 +1,77 @@
+package decide
+
+import "fmt"
+
+// condition decides the CapacityConfigured condition as it stands after the
+// pass, with its transition time, and the kubelet step's verdict. It records
+// in next the shrink in flight and the kubelet restart bookkeeping.
+func (p pass) condition(pl plan, next *State) (Condition, kubeletOutcome) {
+	cond, shrinking := p.shrinkCondition(pl, next)
+	var ks kubeletOutcome
+	if !shrinking {
+		cond, ks = p.settledCondition(pl, next)
+	}
+	if cond.Status == p.prev.Condition.Status && cond.Reason == p.prev.Condition.Reason {
+		cond.LastTransitionTime = p.prev.Condition.LastTransitionTime
+	} else {
+		cond.LastTransitionTime = p.in.Now
+	}
+	return cond, ks
+}
+
+// shrinkCondition follows the shrink in flight: it starts one when the
+// target moves down, ends it when the evictor reports the generation done,
+// and while one is in flight returns its InProgress condition and true.
+func (p pass) shrinkCondition(pl plan, next *State) (Condition, bool) {
+	gen, ev := next.Generation, p.in.Eviction
+	switch {
+	case pl.changed() && len(pl.forced) > 0:
+		next.InProgress = fmt.Sprintf("physical capacity fell below the applied capacity (%s); kubepods clamped, evicting pods that no longer fit",
+			transitions(pl.forced, pl.applied, pl.desired))
+	case pl.changed() && len(pl.planned) > 0:
+		next.InProgress = fmt.Sprintf("lowering capacity (%s): status lowered, shrinking kubepods and evicting pods that no longer fit",
+			transitions(pl.planned, pl.applied, pl.desired))
+	case p.prev.Evicting && ev.Generation == gen && ev.Done:
+		next.Evicting = false
+		next.InProgress = ""
+	}
+	if !next.Evicting {
+		return Condition{}, false
+	}
+	msg := next.InProgress
+	if !pl.changed() && ev.Generation == gen && ev.Blocked != "" {
+		msg += "; eviction blocked: " + ev.Blocked
+	}
+	return Condition{Status: StatusFalse, Reason: ReasonInProgress, Message: msg}, true
+}
+
+// settledCondition is the condition where the spec value settles (no
+// shrink in flight): Infeasible, EmergencyReduced, or Accepted once the
+// kubelet step has nothing left to wait for.
+func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome) {
+	switch pl.mode {
+	case ReasonInfeasible:
+		return Condition{Status: StatusFalse, Reason: ReasonInfeasible,
+			Message: fmt.Sprintf("configured capacity %s is not applied: %s; capacity held at %s",
+				p.ev.key, p.ev.problems(p.phys), pl.desired)}, kubeletOutcome{}
+	case ReasonEmergencyReduced:
+		ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
+		return Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced,
+			Message: fmt.Sprintf("physical capacity fell below the configured capacity %s; capacity clamped to %s and held until the configured capacity is lowered to at most the physical capacity",
+				p.ev.key, next.EmergencyTarget)}, ks
+	}
+	// Accepted.
+	ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
+	if ks.waiting != "" {
+		return Condition{Status: StatusFalse, Reason: ReasonInProgress,
+			Message: fmt.Sprintf("capacity %s applied; %s", pl.desired, ks.waiting)}, ks
+	}
+	msg := fmt.Sprintf("capacity %s applied", pl.desired)
+	if !p.ev.present {
+		msg += " (no configured capacity: following the hardware)"
+	}
+	if ks.note != "" {
+		msg += "; " + ks.note
+	}
+	return Condition{Status: StatusTrue, Reason: ReasonAccepted, Message: msg}, ks
+}

@@ -1,0 +1,191 @@
+package decide
+
+import (
+	"github.com/node-resized/node-resized/resources"
+)
+
+// plan is where a pass leads: the path taken for the configured value, the
+// target on the way, and how the target moves from what was applied.
+type plan struct {
+	// mode is where the spec value settles: Accepted, Infeasible or
+	// EmergencyReduced.
+	mode    Reason
+	applied resources.List // the target before this pass
+	desired resources.List // the new target
+	// The resources whose target moves: forced down because the hardware
+	// fell below what was applied (Path B), planned down (Path A2), grown.
+	forced, planned, grown []string
+}
+
+// changed reports whether the target moves.
+func (pl plan) changed() bool { return len(pl.forced)+len(pl.planned)+len(pl.grown) > 0 }
+
+// shrinking reports whether the target moves down anywhere, which makes
+// pods to evict.
+func (pl plan) shrinking() bool { return len(pl.forced)+len(pl.planned) > 0 }
+
+// choosePath decides where this spec value leads and what the target is on
+// the way.
+func (p pass) choosePath() plan {
+	prev, ev, phys := p.prev, p.ev, p.phys
+	firstRun := prev.Applied == nil
+	pl := plan{applied: prev.Applied}
+	if firstRun {
+		pl.applied = baseline(p.in.Kubelet, phys)
+	}
+	switch {
+	case prev.EmergencySpec != "" && prev.EmergencySpec == ev.key:
+		// Path B, held: the oversized spec is ignored until it changes.
+		pl.mode = ReasonEmergencyReduced
+		pl.desired = phys.Clone()
+		for name, v := range ev.values {
+			if t, ok := prev.EmergencyTarget[name]; ok {
+				v = t
+			}
+			pl.desired[name] = minInt64(v, phys[name])
+		}
+	case ev.rejected():
+		pl.mode = ReasonInfeasible
+		pl.desired = hold(pl.applied, phys)
+	case len(ev.over) > 0:
+		if !firstRun && prev.Spec == ev.key && prev.Outcome == ReasonAccepted {
+			// Path B: the spec was satisfied and the hardware fell below it.
+			pl.mode = ReasonEmergencyReduced
+			pl.desired = specTarget(ev, phys)
+		} else {
+			// Path A1 hold: spec first, hardware not there (yet).
+			pl.mode = ReasonInfeasible
+			pl.desired = hold(pl.applied, phys)
+		}
+	default:
+		pl.mode = ReasonAccepted
+		pl.desired = specTarget(ev, phys)
+	}
+	for name := range pl.applied {
+		if _, ok := pl.desired[name]; !ok {
+			pl.desired[name] = 0 // a resource that is gone
+		}
+	}
+	pl.classify(phys)
+	return pl
+}
+
+// classify sorts the resources whose target moves into forced, planned and
+// grown.
+func (pl *plan) classify(phys resources.List) {
+	for _, name := range union(pl.applied, pl.desired) {
+		a, d := pl.applied[name], pl.desired[name]
+		switch {
+		case d < a && a > phys[name]:
+			pl.forced = append(pl.forced, name)
+		case d < a:
+			pl.planned = append(pl.planned, name)
+		case d > a:
+			pl.grown = append(pl.grown, name)
+		}
+	}
+}
+
+// nextState is the state to remember after this pass, before the condition
+// and the kubelet step fill in theirs.
+func (p pass) nextState(pl plan) State {
+	next := p.prev
+	next.Version = StateVersion
+	next.Spec = p.ev.key
+	next.Outcome = pl.mode
+	next.Physical = p.phys.Clone()
+	next.Applied = pl.desired
+	if pl.mode == ReasonEmergencyReduced {
+		next.EmergencySpec = p.ev.key
+		next.EmergencyTarget = resources.List{}
+		for name := range p.ev.values {
+			next.EmergencyTarget[name] = pl.desired[name]
+		}
+	} else {
+		next.EmergencySpec, next.EmergencyTarget = "", nil
+	}
+	if pl.changed() {
+		next.Generation++
+		next.ChangedAt = p.in.Now
+		next.Evicting = pl.shrinking()
+		next.InProgress = ""
+	}
+	return next
+}
+
+// actions lists what carries the pass out, in the order the paths
+// prescribe. Each action gets its own copies, so that no two values of the
+// decision share a map.
+func (p pass) actions(pl plan, next State, alloc resources.List, restart bool) []Action {
+	gen, desired, cond, prevCond := next.Generation, pl.desired, next.Condition, p.prev.Condition
+	limits := func() CgroupLimits {
+		return KubepodsLimits(withPID(desired, p.in.Physical.Capacity[resources.PID]), p.in.Reservations)
+	}
+	patch := func() Action {
+		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Condition: cond}
+	}
+	evict := Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Reason: EvictionReason}
+	var acts []Action
+	switch {
+	case pl.changed() && len(pl.forced) > 0: // Path B: physics first
+		acts = append(acts,
+			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
+			patch(),
+			EmitEvent{Type: EventWarning, Reason: EventEmergencyCapacityReduced, Message: next.InProgress},
+			evict)
+	case pl.changed() && len(pl.planned) > 0: // Path A2: status first
+		acts = append(acts,
+			patch(),
+			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
+			evict)
+	case pl.changed(): // growth: room first, then advertise it
+		acts = append(acts,
+			GrowCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
+			patch())
+	case !cond.Same(prevCond):
+		acts = append(acts, patch())
+	}
+	switch {
+	case cond.Reason == ReasonInfeasible && !cond.Same(prevCond):
+		acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventCapacityInfeasible, Message: cond.Message})
+	case cond.Reason == ReasonAccepted && (prevCond.Reason != ReasonAccepted || pl.changed()):
+		acts = append(acts, EmitEvent{Type: EventNormal, Reason: EventCapacityAccepted, Message: cond.Message})
+	}
+	if restart {
+		acts = append(acts, RestartKubelet{Generation: gen, Capacity: desired.Clone()})
+	}
+	return acts
+}
+
+// baseline is what is taken as applied on the very first pass: what the
+// running kubelet enforces where known, the hardware elsewhere.
+func baseline(k Kubelet, phys resources.List) resources.List {
+	b := phys.Clone()
+	if k.Known {
+		for name, v := range k.Capacity {
+			if managed(name) {
+				b[name] = v
+			}
+		}
+	}
+	return b
+}
+
+// hold keeps what is applied, lowered only where the hardware forces it.
+func hold(applied, phys resources.List) resources.List {
+	out := make(resources.List, len(applied))
+	for name, v := range applied {
+		out[name] = minInt64(v, phys[name])
+	}
+	return out
+}
+
+// specTarget is the configured value for each configured resource, clamped
+// to physical, and the physical capacity for every other.
+func specTarget(ev evaluation, phys resources.List) resources.List {
+	out := phys.Clone()
+	for name, v := range ev.values {
+		out[name] = minInt64(v, phys[name])
+	}
+	return out
+}
