@@ -1,16 +1,27 @@
 // Package kube is node-resized's relay to the Kubernetes API server, and the
 // only package that speaks client-go.
 //
-// It watches the daemon's own Node (a field selector on its name) for the
-// configured capacity, read as raw JSON so that spec.configuredCapacity is
-// seen when the API server serves it, with the annotation
-// node-resized.io/configured-capacity as the fallback. It publishes the
-// capacity, allocatable and CapacityConfigured condition in one minimal
-// strategic-merge status patch, from a single worker that always sends the
-// newest wanted status and retries with backoff, so detection never waits
-// for the API server. It records events through the events.k8s.io/v1 API.
+// The Relay's Run runs two workers until its context ends. The Node watch is
+// client-go's reflector over the daemon's own Node (a field selector on its
+// name): it lists from the API server's cache (resourceVersion 0), watches
+// with bookmarks, and relists when its resourceVersion expires. The Node is
+// read as unstructured JSON, so that spec.configuredCapacity is seen when
+// the API server serves it, with the annotation
+// node-resized.io/configured-capacity as the fallback (ParseNode). Each view
+// goes to the NodeSubscribers in order; then, if a kubelet rewrote the
+// capacity the relay published, the relay publishes it again. The status
+// worker publishes the capacity, allocatable and CapacityConfigured
+// condition in one minimal strategic-merge status patch, always the newest
+// wanted status, so detection never waits for the API server. Events go
+// through the events.k8s.io/v1 API.
 //
 // The Evictor brings the node's pods back within a shrunken allocatable in
 // the kubelet's memory-pressure order, through the Eviction API so that
 // PodDisruptionBudgets are honoured (see Rank).
+//
+// Every retry after a failed API call (a patch, a watch restart, a pod list
+// or an eviction) backs off exponentially up to a cap, and each wait is
+// jittered, so that the nodes of a fleet do not retry in lockstep after an
+// API server outage. The Relay and the Evictor take their clock from their
+// options.
 package kube

@@ -108,7 +108,8 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptio
 		objs[i] = p
 	}
 	h := &evHarness{t: t, client: fake.NewClientset(objs...), m: metrics.New(), logs: &syncBuffer{},
-		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		// A day ahead: a test passes only if the evictor reads this clock.
+		clock: clocktesting.NewFakeClock(time.Now().Add(24 * time.Hour)),
 		ws:    map[string]int64{}, reported: make(chan struct{}, 1000)}
 	h.client.PrependReactor("create", "pods", h.react)
 	opts := EvictorOptions{
@@ -567,6 +568,47 @@ func TestEvictorAPIErrors(t *testing.T) {
 	if got := testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("eviction")); got != 2 {
 		t.Errorf("eviction errors = %v, want 2 (one list, one eviction)", got)
 	}
+}
+
+// TestEvictorRetryTiming: failed API calls back off from RetryInterval,
+// doubling, jittered by up to half; a PodDisruptionBudget's refusal is
+// retried after about RetryInterval and, since the API server answered,
+// the next failure backs off from RetryInterval again.
+func TestEvictorRetryTiming(t *testing.T) {
+	h := newEvHarness(t, []*corev1.Pod{evPod("a", "1Gi", 0, corev1.PodQOSBurstable)}, nil)
+	h.ws = map[string]int64{"uid-a": 3 << 30}
+	var mu sync.Mutex
+	listFailures := 3
+	h.client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if listFailures > 0 {
+			listFailures--
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	answers := []error{pdbRefusal(), apierrors.NewInternalError(errors.New("etcd is sad"))}
+	h.setOnEvict(func(ns, name string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(answers) > 0 {
+			err := answers[0]
+			answers = answers[1:]
+			return err
+		}
+		return h.client.Tracker().Delete(podsGVR, ns, name)
+	})
+	h.run()
+	h.start(context.Background(), evictOrder(1, 1<<30))
+	h.fireWait(evRetry, evRetry*3/2)     // the first failed list
+	h.fireWait(2*evRetry, 2*evRetry*3/2) // the second
+	h.fireWait(evMaxRetry, evMaxRetry*3/2)
+	h.waitReport("Blocked by the budget", func(r decide.EvictionReport) bool { return strings.Contains(r.Blocked, "PodDisruptionBudget") })
+	h.fireWait(evRetry, evRetry*6/5)
+	h.waitReport("Blocked by the failure", func(r decide.EvictionReport) bool { return strings.Contains(r.Blocked, "etcd is sad") })
+	h.fireWait(evRetry, evRetry*3/2)
+	h.waitReport("Done", evDone(1))
 }
 
 func TestEvictorProtectedPodsThatDoNotFit(t *testing.T) {

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -64,10 +65,10 @@ func parseUnstructured(u *unstructured.Unstructured) (decide.NodeView, error) {
 // selector on its name) from the API server's cache (resourceVersion 0),
 // watches it from there with bookmarks, relists when the watch's
 // resourceVersion is too old, and restarts after failures with the relay's
-// jittered backoff. The reflector logs through the relay's logger (its
-// failures as errors, carried by ctx).
+// jittered backoff. The reflector logs through the relay's logger, its
+// failures (which it retries) as warnings.
 func (r *Relay) watchNode(ctx context.Context) {
-	logger := logr.FromSlogHandler(r.log.Handler())
+	logger := logr.FromSlogHandler(retriedHandler{r.log.Handler()})
 	ctx = logr.NewContext(ctx, logger)
 	expected := &unstructured.Unstructured{}
 	expected.SetGroupVersionKind(nodeGVK)
@@ -83,6 +84,24 @@ func (r *Relay) watchNode(ctx context.Context) {
 }
 
 var nodeGVK = corev1.SchemeGroupVersion.WithKind("Node")
+
+// retriedHandler logs errors as warnings: the reflector's errors are
+// failed lists and watches that it retries, which the daemon logs as
+// warnings everywhere else.
+type retriedHandler struct{ slog.Handler }
+
+func (h retriedHandler) Handle(ctx context.Context, rec slog.Record) error {
+	rec.Level = min(rec.Level, slog.LevelWarn)
+	return h.Handler.Handle(ctx, rec)
+}
+
+func (h retriedHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return retriedHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h retriedHandler) WithGroup(name string) slog.Handler {
+	return retriedHandler{h.Handler.WithGroup(name)}
+}
 
 // nodeListWatch lists and watches only this Node, as unstructured objects.
 func (r *Relay) nodeListWatch() cache.ListerWatcher {
