@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/go-logr/logr v1.4.3
+	github.com/godbus/dbus/v5 v5.2.4
 	github.com/google/cadvisor/lib v0.60.6
 	github.com/mdlayher/netlink v1.11.2
 	github.com/opencontainers/cgroups v0.1.0
@@ -42,7 +43,6 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
-	github.com/godbus/dbus/v5 v5.2.4 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
