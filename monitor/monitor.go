@@ -3,13 +3,12 @@ package monitor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/resources"
@@ -19,7 +18,10 @@ import (
 
 // Source delivers kernel uevents. *uevent.Listener satisfies it. Receive
 // returns an error matching uevent.ErrLost when events were lost, and one
-// matching net.ErrClosed once Close was called.
+// matching net.ErrClosed once Close was called. Event.Received is the
+// arrival time on the monitor's clock (uevent.Listener stamps the real
+// monotonic clock, the default); an event without one is stamped when the
+// loop takes it.
 type Source interface {
 	Receive() (uevent.Event, error)
 	Close() error
@@ -81,6 +83,11 @@ type Config struct {
 	Subscribers []Subscriber
 	Logger      *slog.Logger
 	Metrics     *metrics.Metrics
+	// Clock is the loop's time (default the real clock): the coalescing
+	// windows, the MemTotal watch, the resync, the retry backoff, the
+	// socket reader's backoff after an error, the latency, the times in
+	// Change and Stats.
+	Clock clock.WithTicker
 }
 
 // A Subscriber takes every change of the model. OnChange is called on the
@@ -122,6 +129,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.New()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 }
 
@@ -173,6 +183,7 @@ type Monitor struct {
 	src     Source
 	cfg     Config
 	log     *slog.Logger
+	clock   clock.WithTicker
 
 	requests chan resyncRequest
 	pings    chan chan struct{}
@@ -208,394 +219,13 @@ func New(machine Machine, src Source, cfg Config) *Monitor {
 		src:      src,
 		cfg:      cfg,
 		log:      cfg.Logger,
+		clock:    cfg.Clock,
 		requests: make(chan resyncRequest),
 		pings:    make(chan chan struct{}),
 		ready:    make(chan struct{}),
 		done:     make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		subs:     make(map[chan Change]struct{}),
-	}
-}
-
-// item is one input from the socket reader.
-type item struct {
-	ev   uevent.Event
-	lost bool
-}
-
-// batch collects the inputs of one coalesced rebuild.
-type batch struct {
-	triggers  []Trigger
-	events    int
-	seqnums   Seqnums
-	first     time.Time // arrival of the first timed input (uevent or MemTotal)
-	deadline  time.Time
-	immediate bool // a resync: run without waiting for a quiet window
-	waiters   []chan resyncReply
-	retries   int
-	// full says the rebuild must read everything; a batch of cpu events
-	// alone leaves the memory blocks unread.
-	full bool
-}
-
-func (b *batch) addTrigger(t Trigger) {
-	for _, x := range b.triggers {
-		if x == t {
-			return
-		}
-	}
-	b.triggers = append(b.triggers, t)
-}
-
-// Run builds the first model, then runs the loop until ctx is done. It
-// closes the source before it returns and waits for its reader. An error
-// means the first model could not be built.
-func (m *Monitor) Run(ctx context.Context) error {
-	defer close(m.done)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	if m.src != nil {
-		// Close the source on every return path so the reader ends.
-		defer m.src.Close()
-	}
-
-	start := time.Now()
-	snap, err := m.machine.Snapshot()
-	if err != nil {
-		return fmt.Errorf("build the first machine model: %w", err)
-	}
-	m.mu.Lock()
-	m.stats.StartedAt = start
-	m.mu.Unlock()
-	m.install(snap, &batch{triggers: []Trigger{TriggerStartup}}, nil, time.Since(start))
-	close(m.ready)
-
-	queue := make(chan item, m.cfg.QueueSize)
-	if m.src != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.read(ctx, queue)
-		}()
-	}
-
-	var memTick, resyncTick <-chan time.Time
-	if m.cfg.MemPoll > 0 {
-		t := time.NewTicker(m.cfg.MemPoll)
-		defer t.Stop()
-		memTick = t.C
-	}
-	if m.cfg.Resync > 0 {
-		t := time.NewTicker(m.cfg.Resync)
-		defer t.Stop()
-		resyncTick = t.C
-	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-
-	var pending *batch
-	memSeen := snap.MemTotal // the last MemTotal the watch acted on
-	get := func() *batch {
-		if pending == nil {
-			pending = &batch{}
-		}
-		return pending
-	}
-	// arrive records a timed input and pushes the deadline out to the end
-	// of the quiet window, never past MaxWait from the first input.
-	arrive := func(t Trigger, at time.Time) {
-		b := get()
-		b.addTrigger(t)
-		if t != TriggerUevent {
-			b.full = true
-		}
-		if b.first.IsZero() {
-			b.first = at
-		}
-		if b.immediate {
-			return
-		}
-		b.deadline = at.Add(m.cfg.Quiet)
-		if limit := b.first.Add(m.cfg.MaxWait); b.deadline.After(limit) {
-			b.deadline = limit
-		}
-	}
-	// now makes the pending batch run as soon as the loop comes round.
-	now := func(t Trigger) {
-		b := get()
-		b.addTrigger(t)
-		b.full = true
-		b.immediate = true
-		b.deadline = time.Now()
-	}
-
-	for {
-		select {
-		case <-ctx.Done():
-			if pending != nil {
-				for _, w := range pending.waiters {
-					w <- resyncReply{err: ctx.Err()}
-				}
-			}
-			return nil
-		case it := <-queue:
-			if it.lost {
-				arrive(TriggerLost, time.Now())
-				break
-			}
-			m.countUevent()
-			arrive(TriggerUevent, it.ev.Received)
-			b := pending
-			b.events++
-			if it.ev.Subsystem != "cpu" {
-				b.full = true
-			}
-			if it.ev.Seqnum != 0 {
-				b.seqnums.Add(it.ev.Seqnum)
-			}
-		case <-m.kick:
-			if m.overflow.Swap(false) {
-				m.cfg.Metrics.UeventsDropped.WithLabelValues("queue_full").Inc()
-				m.countLost()
-				m.log.Warn("uevent queue full; events lost, rescanning the machine", "queue_size", m.cfg.QueueSize)
-				arrive(TriggerLost, time.Now())
-			}
-		case at := <-memTick:
-			mt, err := m.machine.MemTotal()
-			if err != nil {
-				m.log.Warn("MemTotal watch failed", "err", err)
-				break
-			}
-			// Trigger once per new value: a rebuild already pending for
-			// this value must not be pushed out by every later poll.
-			if mt == memSeen {
-				break
-			}
-			memSeen = mt
-			m.mu.RLock()
-			cur := m.snap.MemTotal
-			m.mu.RUnlock()
-			if mt != cur {
-				m.log.Debug("MemTotal changed with no uevent", "old_bytes", cur, "new_bytes", mt)
-				arrive(TriggerMemTotal, at)
-			}
-		case <-resyncTick:
-			now(TriggerResync)
-		case req := <-m.requests:
-			now(TriggerRequest)
-			pending.waiters = append(pending.waiters, req.reply)
-		case p := <-m.pings:
-			close(p)
-		case <-timer.C:
-		}
-
-		if pending == nil {
-			continue
-		}
-		if wait := time.Until(pending.deadline); wait > 0 {
-			timer.Reset(wait)
-			continue
-		}
-		b := pending
-		pending = nil
-		if retry := m.rebuild(b); retry != nil {
-			pending = retry
-			timer.Reset(time.Until(retry.deadline))
-		}
-	}
-}
-
-// read moves uevents from the source into the queue. It never blocks on a
-// full queue: the event is counted as lost and the loop rescans instead.
-func (m *Monitor) read(ctx context.Context, queue chan<- item) {
-	var failures int
-	for {
-		ev, err := m.src.Receive()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			if errors.Is(err, uevent.ErrLost) {
-				m.countLost()
-				m.log.Warn("kernel uevents lost; rescanning the machine", "err", err)
-				m.offer(queue, item{lost: true})
-				continue
-			}
-			// An unexpected socket error: keep the daemon alive, rescan,
-			// and back off so a broken socket does not spin.
-			failures++
-			m.log.Error("read kernel uevents", "err", err, "consecutive_failures", failures)
-			m.offer(queue, item{lost: true})
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)):
-			}
-			continue
-		}
-		failures = 0
-		m.offer(queue, item{ev: ev})
-	}
-}
-
-func (m *Monitor) offer(queue chan<- item, it item) {
-	select {
-	case queue <- it:
-	default:
-		m.overflow.Store(true)
-		select {
-		case m.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (m *Monitor) countUevent() {
-	m.mu.Lock()
-	m.stats.Uevents++
-	m.mu.Unlock()
-}
-
-func (m *Monitor) countLost() {
-	m.mu.Lock()
-	m.stats.LostEvents++
-	m.mu.Unlock()
-}
-
-// maxRetries bounds how often a failing rebuild is retried before the loop
-// waits for the next input.
-const maxRetries = 3
-
-// rebuild re-reads the machine and installs the new model when it differs.
-// It returns a batch to retry when the read failed.
-func (m *Monitor) rebuild(b *batch) *batch {
-	m.mu.RLock()
-	old := m.snap
-	m.mu.RUnlock()
-	start := time.Now()
-	var snap *topology.Snapshot
-	var err error
-	if b.full {
-		snap, err = m.machine.Snapshot()
-	} else {
-		snap, err = m.machine.SnapshotCPUs(old)
-	}
-	took := time.Since(start)
-	m.cfg.Metrics.RebuildDuration.Observe(took.Seconds())
-	trigger := string(b.triggers[0])
-	if err != nil {
-		m.cfg.Metrics.Rebuilds.WithLabelValues(trigger, "error").Inc()
-		m.mu.Lock()
-		m.stats.Rebuilds++
-		m.stats.RebuildErrors++
-		m.stats.LastRebuildAt = time.Now()
-		m.stats.LastRebuildErr = err.Error()
-		m.mu.Unlock()
-		if b.retries < maxRetries {
-			// sysfs can be mid-update (a CPU directory vanishing during
-			// an unplug): try again shortly, keeping the batch whole.
-			b.retries++
-			b.addTrigger(TriggerRetry)
-			b.deadline = time.Now().Add(m.cfg.Quiet * time.Duration(1<<b.retries))
-			m.log.Warn("rebuild the machine model; will retry", "err", err, "retry", b.retries)
-			return b
-		}
-		m.log.Error("rebuild the machine model; keeping the previous model", "err", err)
-		for _, w := range b.waiters {
-			w <- resyncReply{err: fmt.Errorf("rebuild the machine model: %w", err)}
-		}
-		return nil
-	}
-	diff := topology.Diff(old, snap)
-	if len(diff) == 0 {
-		m.cfg.Metrics.Rebuilds.WithLabelValues(trigger, "unchanged").Inc()
-		m.mu.Lock()
-		m.snap = snap
-		m.stats.Rebuilds++
-		m.stats.LastRebuildAt = time.Now()
-		m.stats.LastRebuildErr = ""
-		m.mu.Unlock()
-		m.log.Debug("machine unchanged", "triggers", b.triggers, "events", b.events, "seqnums", b.seqnums.String(), "rebuild", took)
-		for _, w := range b.waiters {
-			w <- resyncReply{res: ResyncResult{Changed: false}}
-		}
-		return nil
-	}
-	m.cfg.Metrics.Rebuilds.WithLabelValues(trigger, "changed").Inc()
-	c := m.install(snap, b, diff, took)
-	for _, w := range b.waiters {
-		w <- resyncReply{res: ResyncResult{Changed: true, Change: &c}}
-	}
-	return nil
-}
-
-// install makes snap the current model and records the change.
-func (m *Monitor) install(snap *topology.Snapshot, b *batch, diff topology.Changes, took time.Duration) Change {
-	now := time.Now()
-	capac := snap.Capacity()
-	c := Change{
-		Time:     now,
-		Triggers: b.triggers,
-		Events:   b.events,
-		Seqnums:  b.seqnums,
-		Changes:  diff,
-		Capacity: capac,
-	}
-	if !b.first.IsZero() {
-		lat := now.Sub(b.first)
-		c.LatencySeconds = lat.Seconds()
-		m.cfg.Metrics.DetectionLatency.Observe(lat.Seconds())
-	}
-	m.mu.Lock()
-	m.nextID++
-	c.ID = m.nextID
-	m.snap = snap
-	m.capac = capac
-	if len(m.history) == m.cfg.History {
-		copy(m.history, m.history[1:])
-		m.history = m.history[:len(m.history)-1]
-	}
-	m.history = append(m.history, c)
-	m.stats.Rebuilds++
-	m.stats.Changes++
-	m.stats.LastRebuildAt = now
-	m.stats.LastRebuildErr = ""
-	m.mu.Unlock()
-
-	m.observe(c, snap)
-	if len(diff) == 0 {
-		m.log.Info("machine model built",
-			"capacity", capac.String(), "numa_nodes", len(snap.Nodes),
-			"cpus_online", snap.CPUs.Online.String(), "memory_blocks", len(snap.MemoryBlocks), "took", took)
-	} else {
-		m.log.Info("machine changed",
-			"change_id", c.ID, "changes", diff.String(), "capacity", capac.String(),
-			"cpus_online", snap.CPUs.Online.String(), "triggers", b.triggers, "events", b.events,
-			"seqnums", b.seqnums.String(), "latency", c.Latency(), "rebuild", took)
-	}
-	for _, sub := range m.cfg.Subscribers {
-		sub.OnChange(c, snap)
-	}
-	m.publish(c)
-	return c
-}
-
-// observe updates the capacity gauges and change counters.
-func (m *Monitor) observe(c Change, snap *topology.Snapshot) {
-	mt := m.cfg.Metrics
-	for name, v := range c.Capacity.Published() {
-		mt.Capacity.WithLabelValues(name).Set(resources.Value(name, v))
-	}
-	mt.NUMACapacity.Reset()
-	for _, n := range snap.NodeCapacities() {
-		id := strconv.Itoa(n.ID)
-		for name, v := range n.Capacity {
-			mt.NUMACapacity.WithLabelValues(id, name).Set(resources.Value(name, v))
-		}
-	}
-	for _, ch := range c.Changes {
-		mt.ModelChanges.WithLabelValues(ch.Kind).Inc()
 	}
 }
 

@@ -1,0 +1,363 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/uevent"
+)
+
+// item is one input from the socket reader.
+type item struct {
+	ev   uevent.Event
+	lost bool
+}
+
+// batch collects the inputs of one coalesced rebuild.
+type batch struct {
+	triggers  []Trigger
+	events    int
+	seqnums   Seqnums
+	first     time.Time // arrival of the first timed input (uevent or MemTotal)
+	deadline  time.Time
+	immediate bool // a resync: run without waiting for a quiet window
+	waiters   []chan resyncReply
+	retries   int
+	// full says the rebuild must read everything; a batch of cpu events
+	// alone leaves the memory blocks unread.
+	full bool
+}
+
+func (b *batch) addTrigger(t Trigger) {
+	for _, x := range b.triggers {
+		if x == t {
+			return
+		}
+	}
+	b.triggers = append(b.triggers, t)
+}
+
+// reply answers every resync request waiting on the batch.
+func (b *batch) reply(res ResyncResult, err error) {
+	for _, w := range b.waiters {
+		w <- resyncReply{res: res, err: err}
+	}
+}
+
+// Run builds the first model, then runs the loop until ctx is done. It
+// closes the source before it returns and waits for its reader. An error
+// means the first model could not be built.
+func (m *Monitor) Run(ctx context.Context) error {
+	defer close(m.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if m.src != nil {
+		// Close the source on every return path so the reader ends.
+		defer m.src.Close()
+	}
+	snap, err := m.firstModel()
+	if err != nil {
+		return err
+	}
+	l := m.newLoop(snap)
+	defer l.stop()
+	close(m.ready)
+	if m.src != nil {
+		wg.Go(func() { m.read(ctx, l.queue) })
+	}
+	l.run(ctx)
+	return nil
+}
+
+// firstModel reads and installs the startup model.
+func (m *Monitor) firstModel() (*topology.Snapshot, error) {
+	start := m.clock.Now()
+	snap, err := m.machine.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("build the first machine model: %w", err)
+	}
+	m.mu.Lock()
+	m.stats.StartedAt = start
+	m.mu.Unlock()
+	m.install(snap, &batch{triggers: []Trigger{TriggerStartup}}, nil, m.clock.Since(start))
+	return snap, nil
+}
+
+// loop is the detection loop's state. It belongs to Run's goroutine.
+type loop struct {
+	m     *Monitor
+	clock clock.WithTicker
+	queue chan item // from the socket reader
+
+	tickers    []clock.Ticker
+	memTick    <-chan time.Time // nil when the MemTotal watch is off
+	resyncTick <-chan time.Time // nil when the periodic resync is off
+
+	// timer fires at the pending batch's deadline; armed is the deadline
+	// it is set for (zero when none).
+	timer clock.Timer
+	armed time.Time
+
+	pending *batch
+	memSeen uint64 // the last MemTotal the watch acted on
+}
+
+func (m *Monitor) newLoop(snap *topology.Snapshot) *loop {
+	l := &loop{m: m, clock: m.clock, queue: make(chan item, m.cfg.QueueSize), memSeen: snap.MemTotal}
+	if m.cfg.MemPoll > 0 {
+		t := m.clock.NewTicker(m.cfg.MemPoll)
+		l.tickers = append(l.tickers, t)
+		l.memTick = t.C()
+	}
+	if m.cfg.Resync > 0 {
+		t := m.clock.NewTicker(m.cfg.Resync)
+		l.tickers = append(l.tickers, t)
+		l.resyncTick = t.C()
+	}
+	l.timer = m.clock.NewTimer(time.Hour)
+	l.timer.Stop()
+	return l
+}
+
+func (l *loop) stop() {
+	for _, t := range l.tickers {
+		t.Stop()
+	}
+	l.timer.Stop()
+}
+
+// run turns until ctx is done: each input is taken into the pending batch,
+// then the batch is rebuilt if it is due.
+func (l *loop) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			if l.pending != nil {
+				l.pending.reply(ResyncResult{}, ctx.Err())
+			}
+			return
+		case it := <-l.queue:
+			l.intake(it)
+		case <-l.m.kick:
+			l.overflowed()
+		case at := <-l.memTick:
+			l.pollMemTotal(at)
+		case <-l.resyncTick:
+			l.now(TriggerResync)
+		case req := <-l.m.requests:
+			l.request(req)
+		case p := <-l.m.pings:
+			close(p)
+		case <-l.timer.C():
+			l.armed = time.Time{}
+		}
+		l.rebuildIfDue()
+	}
+}
+
+// intake takes one item from the socket reader: a uevent, or word that
+// events were lost.
+func (l *loop) intake(it item) {
+	if it.lost {
+		l.arrive(TriggerLost, l.clock.Now())
+		return
+	}
+	l.m.countUevent()
+	at := it.ev.Received
+	if at.IsZero() {
+		at = l.clock.Now()
+	}
+	b := l.arrive(TriggerUevent, at)
+	b.events++
+	if it.ev.Subsystem != "cpu" {
+		b.full = true
+	}
+	if it.ev.Seqnum != 0 {
+		b.seqnums.Add(it.ev.Seqnum)
+	}
+}
+
+// overflowed answers the reader's kick after the queue was full: the
+// events that did not fit are lost, so the machine is rescanned.
+func (l *loop) overflowed() {
+	m := l.m
+	if !m.overflow.Swap(false) {
+		return
+	}
+	m.cfg.Metrics.UeventsDropped.WithLabelValues("queue_full").Inc()
+	m.countLost()
+	m.log.Warn("uevent queue full; events lost, rescanning the machine", "queue_size", m.cfg.QueueSize)
+	l.arrive(TriggerLost, l.clock.Now())
+}
+
+// pollMemTotal is the MemTotal watch: a MemTotal that differs from the
+// model's with no uevent (a balloon, virtio-mem) opens a batch, once per
+// new value, so that a rebuild already pending for this value is not
+// pushed out by every later poll.
+func (l *loop) pollMemTotal(at time.Time) {
+	m := l.m
+	mt, err := m.machine.MemTotal()
+	if err != nil {
+		m.log.Warn("MemTotal watch failed", "err", err)
+		return
+	}
+	if mt == l.memSeen {
+		return
+	}
+	l.memSeen = mt
+	m.mu.RLock()
+	cur := m.snap.MemTotal
+	m.mu.RUnlock()
+	if mt != cur {
+		m.log.Debug("MemTotal changed with no uevent", "old_bytes", cur, "new_bytes", mt)
+		l.arrive(TriggerMemTotal, at)
+	}
+}
+
+// request is a resync asked for through Resync: it runs at once and
+// answers when its rebuild is done.
+func (l *loop) request(req resyncRequest) {
+	b := l.now(TriggerRequest)
+	b.waiters = append(b.waiters, req.reply)
+}
+
+// open returns the pending batch, opening one if there is none.
+func (l *loop) open() *batch {
+	if l.pending == nil {
+		l.pending = &batch{}
+	}
+	return l.pending
+}
+
+// arrive records a timed input that arrived at at: it opens the batch or
+// extends it, pushing the deadline out to the end of the quiet window but
+// never past MaxWait from the batch's first input.
+func (l *loop) arrive(t Trigger, at time.Time) *batch {
+	b := l.open()
+	b.addTrigger(t)
+	if t != TriggerUevent {
+		b.full = true
+	}
+	if b.first.IsZero() {
+		b.first = at
+	}
+	if b.immediate {
+		return b
+	}
+	b.deadline = at.Add(l.m.cfg.Quiet)
+	if limit := b.first.Add(l.m.cfg.MaxWait); b.deadline.After(limit) {
+		b.deadline = limit
+	}
+	return b
+}
+
+// now makes the pending batch a full rebuild that runs as soon as the loop
+// comes round (a resync).
+func (l *loop) now(t Trigger) *batch {
+	b := l.open()
+	b.addTrigger(t)
+	b.full = true
+	b.immediate = true
+	b.deadline = l.clock.Now()
+	return b
+}
+
+// rebuildIfDue rebuilds the pending batch once its deadline has come, and
+// otherwise sets the timer for it. A rebuild that failed leaves its batch
+// pending, due after the retry's backoff.
+func (l *loop) rebuildIfDue() {
+	b := l.pending
+	if b == nil {
+		return
+	}
+	if b.deadline.After(l.clock.Now()) {
+		l.arm(b.deadline)
+		return
+	}
+	l.disarm()
+	l.pending = l.m.rebuild(b)
+	if l.pending != nil {
+		l.arm(l.pending.deadline)
+	}
+}
+
+// arm sets the timer for deadline unless it is set for it already, so that
+// an input that does not move the deadline leaves the timer alone.
+func (l *loop) arm(deadline time.Time) {
+	if deadline.Equal(l.armed) {
+		return
+	}
+	l.armed = deadline
+	l.timer.Reset(deadline.Sub(l.clock.Now()))
+}
+
+func (l *loop) disarm() {
+	if !l.armed.IsZero() {
+		l.timer.Stop()
+		l.armed = time.Time{}
+	}
+}
+
+// read moves uevents from the source into the queue. It never blocks on a
+// full queue: the event is counted as lost and the loop rescans instead.
+func (m *Monitor) read(ctx context.Context, queue chan<- item) {
+	var failures int
+	for {
+		ev, err := m.src.Receive()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if errors.Is(err, uevent.ErrLost) {
+				m.countLost()
+				m.log.Warn("kernel uevents lost; rescanning the machine", "err", err)
+				m.offer(queue, item{lost: true})
+				continue
+			}
+			// An unexpected socket error: keep the daemon alive, rescan,
+			// and back off so a broken socket does not spin.
+			failures++
+			m.log.Error("read kernel uevents", "err", err, "consecutive_failures", failures)
+			m.offer(queue, item{lost: true})
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.clock.After(min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)):
+			}
+			continue
+		}
+		failures = 0
+		m.offer(queue, item{ev: ev})
+	}
+}
+
+func (m *Monitor) offer(queue chan<- item, it item) {
+	select {
+	case queue <- it:
+	default:
+		m.overflow.Store(true)
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (m *Monitor) countUevent() {
+	m.mu.Lock()
+	m.stats.Uevents++
+	m.mu.Unlock()
+}
+
+func (m *Monitor) countLost() {
+	m.mu.Lock()
+	m.stats.LostEvents++
+	m.mu.Unlock()
+}

@@ -1,0 +1,154 @@
+package monitor
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// maxRetries bounds how often a failing rebuild is retried before the loop
+// waits for the next input.
+const maxRetries = 3
+
+// rebuild re-reads the machine and installs the new model when it differs.
+// It returns the batch again, due after a backoff, when the read failed and
+// may be retried.
+func (m *Monitor) rebuild(b *batch) *batch {
+	m.mu.RLock()
+	old := m.snap
+	m.mu.RUnlock()
+	start := m.clock.Now()
+	var snap *topology.Snapshot
+	var err error
+	if b.full {
+		snap, err = m.machine.Snapshot()
+	} else {
+		snap, err = m.machine.SnapshotCPUs(old)
+	}
+	took := m.clock.Since(start)
+	m.cfg.Metrics.RebuildDuration.Observe(took.Seconds())
+	if err != nil {
+		return m.rebuildFailed(b, err)
+	}
+	diff := topology.Diff(old, snap)
+	if len(diff) == 0 {
+		m.unchanged(b, snap, took)
+		return nil
+	}
+	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "changed").Inc()
+	c := m.install(snap, b, diff, took)
+	b.reply(ResyncResult{Changed: true, Change: &c}, nil)
+	return nil
+}
+
+// rebuildFailed records a failed rebuild and returns the batch to retry
+// after a backoff, or nil once the retries are spent: the previous model is
+// then kept until the next input.
+func (m *Monitor) rebuildFailed(b *batch, err error) *batch {
+	now := m.clock.Now()
+	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "error").Inc()
+	m.mu.Lock()
+	m.stats.Rebuilds++
+	m.stats.RebuildErrors++
+	m.stats.LastRebuildAt = now
+	m.stats.LastRebuildErr = err.Error()
+	m.mu.Unlock()
+	if b.retries < maxRetries {
+		// sysfs can be mid-update (a CPU directory vanishing during
+		// an unplug): try again shortly, keeping the batch whole.
+		b.retries++
+		b.addTrigger(TriggerRetry)
+		b.deadline = now.Add(m.cfg.Quiet * time.Duration(1<<b.retries))
+		m.log.Warn("rebuild the machine model; will retry", "err", err, "retry", b.retries)
+		return b
+	}
+	m.log.Error("rebuild the machine model; keeping the previous model", "err", err)
+	b.reply(ResyncResult{}, fmt.Errorf("rebuild the machine model: %w", err))
+	return nil
+}
+
+// unchanged records a rebuild that found the model as it was: an event
+// whose effect was already seen, or a forged one, is not a change.
+func (m *Monitor) unchanged(b *batch, snap *topology.Snapshot, took time.Duration) {
+	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "unchanged").Inc()
+	m.mu.Lock()
+	m.snap = snap
+	m.stats.Rebuilds++
+	m.stats.LastRebuildAt = m.clock.Now()
+	m.stats.LastRebuildErr = ""
+	m.mu.Unlock()
+	m.log.Debug("machine unchanged", "triggers", b.triggers, "events", b.events, "seqnums", b.seqnums.String(), "rebuild", took)
+	b.reply(ResyncResult{Changed: false}, nil)
+}
+
+// install makes snap the current model and records the change.
+func (m *Monitor) install(snap *topology.Snapshot, b *batch, diff topology.Changes, took time.Duration) Change {
+	now := m.clock.Now()
+	capac := snap.Capacity()
+	c := Change{
+		Time:     now,
+		Triggers: b.triggers,
+		Events:   b.events,
+		Seqnums:  b.seqnums,
+		Changes:  diff,
+		Capacity: capac,
+	}
+	if !b.first.IsZero() {
+		lat := now.Sub(b.first)
+		c.LatencySeconds = lat.Seconds()
+		m.cfg.Metrics.DetectionLatency.Observe(lat.Seconds())
+	}
+	m.mu.Lock()
+	m.nextID++
+	c.ID = m.nextID
+	m.snap = snap
+	m.capac = capac
+	if len(m.history) == m.cfg.History {
+		copy(m.history, m.history[1:])
+		m.history = m.history[:len(m.history)-1]
+	}
+	m.history = append(m.history, c)
+	m.stats.Rebuilds++
+	m.stats.Changes++
+	m.stats.LastRebuildAt = now
+	m.stats.LastRebuildErr = ""
+	m.mu.Unlock()
+
+	m.observe(c, snap)
+	if len(diff) == 0 {
+		m.log.Info("machine model built",
+			"capacity", capac.String(), "numa_nodes", len(snap.Nodes),
+			"cpus_online", snap.CPUs.Online.String(), "memory_blocks", len(snap.MemoryBlocks), "took", took)
+	} else {
+		m.log.Info("machine changed",
+			"change_id", c.ID, "changes", diff.String(), "capacity", capac.String(),
+			"cpus_online", snap.CPUs.Online.String(), "triggers", b.triggers, "events", b.events,
+			"seqnums", b.seqnums.String(), "latency", c.Latency(), "rebuild", took)
+	}
+	for _, sub := range m.cfg.Subscribers {
+		sub.OnChange(c, snap)
+	}
+	m.publish(c)
+	return c
+}
+
+// observe updates the capacity gauges and change counters.
+func (m *Monitor) observe(c Change, snap *topology.Snapshot) {
+	mt := m.cfg.Metrics
+	for name, v := range c.Capacity.Published() {
+		mt.Capacity.WithLabelValues(name).Set(resources.Value(name, v))
+	}
+	mt.NUMACapacity.Reset()
+	for _, n := range snap.NodeCapacities() {
+		id := strconv.Itoa(n.ID)
+		for name, v := range n.Capacity {
+			mt.NUMACapacity.WithLabelValues(id, name).Set(resources.Value(name, v))
+		}
+	}
+	for _, ch := range c.Changes {
+		mt.ModelChanges.WithLabelValues(ch.Kind).Inc()
+	}
+}
