@@ -76,27 +76,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		g.socket = env
 	}
 	top := flag.NewFlagSet("node-resizectl", flag.ContinueOnError)
-	top.SetOutput(stderr)
-	top.Usage = func() { fmt.Fprintf(stderr, usage, api.DefaultSocket, api.DefaultSocket) }
+	top.SetOutput(io.Discard) // a wrong flag is one line, not the whole usage
+	top.Usage = func() {}
+	printUsage := func(w io.Writer) { fmt.Fprintf(w, usage, api.DefaultSocket, api.DefaultSocket) }
 	g.register(top)
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout)
 			return 0
 		}
+		fmt.Fprintf(stderr, "node-resizectl: %v (see node-resizectl --help)\n", err)
 		return 2
 	}
 	if top.NArg() == 0 {
-		top.Usage()
+		printUsage(stderr)
 		return 2
 	}
 	cmd, rest := top.Arg(0), top.Args()[1:]
 	if cmd == "help" {
-		top.Usage()
+		printUsage(stdout)
 		return 0
 	}
 
 	sub := flag.NewFlagSet("node-resizectl "+cmd, flag.ContinueOnError)
-	sub.SetOutput(stderr)
+	sub.SetOutput(io.Discard)
+	sub.Usage = func() {}
 	g.register(sub)
 	follow := false
 	if cmd == "events" {
@@ -105,8 +109,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := sub.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: node-resizectl [global flags] %s [flags]\n\nFlags:\n", cmd)
+			sub.SetOutput(stdout)
+			sub.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "node-resizectl %s: %v (see node-resizectl %s --help)\n", cmd, err, cmd)
 		return 2
 	}
 	if sub.NArg() > 0 {

@@ -92,16 +92,20 @@ type options struct {
 	stateFile        string
 	memoryJitter     string
 	jitterBytes      int64 // memoryJitter parsed
+	kubeAPIQPS       float64
+	kubeAPIBurst     int
 	evict            bool
 	enforce          bool
 	cgroupRoot       string
 	autoOnline       bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+// parseFlags reads the flags. --help prints the usage to help and returns
+// flag.ErrHelp; a wrong flag is one error that points at --help.
+func parseFlags(args []string, help io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("node-resized", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // the flag package would print the whole usage after an error
 	fs.BoolVar(&o.standalone, "standalone", false, "run without a Kubernetes cluster: detect, model, clamp the kubepods cgroups and serve the local API (no Node patches, events or evictions)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "where sysfs is mounted (point at a synthetic tree for tests)")
 	fs.StringVar(&o.procfsRoot, "procfs-root", "/proc", "where procfs is mounted")
@@ -121,6 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	hostname, _ := os.Hostname()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "queries per second to the API server (the kubelet's own default)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kube.DefaultBurst, "burst of queries to the API server (the kubelet's own default)")
 	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "the Node this daemon speaks for")
 	fs.StringVar(&o.kubeletConfig, "kubelet-config", kubelet.DefaultPath, "the kubelet's KubeletConfiguration file (systemReserved, kubeReserved, evictionHard)")
 	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
@@ -130,12 +136,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup v2 hierarchy is mounted")
 	fs.BoolVar(&o.autoOnline, "auto-online", false, "bring hot-added CPUs online and hot-added memory blocks online as movable (for nodes without udev rules that do it)")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageHead)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(help, usageHead)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (see node-resized --help)", err)
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "kubelet-config" {
@@ -160,6 +169,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--history must be positive, got %d", o.history)
 	case o.socket == "":
 		return nil, errors.New("--socket must not be empty")
+	case o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0:
+		return nil, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
 	}
 	var err error
 	if o.jitterBytes, err = resources.Parse(resources.Memory, o.memoryJitter); err != nil || o.jitterBytes < 0 {
@@ -204,7 +215,7 @@ func newLogger(o *options, stderr io.Writer) *slog.Logger {
 }
 
 func main() {
-	o, err := parseFlags(os.Args[1:], os.Stderr)
+	o, err := parseFlags(os.Args[1:], os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

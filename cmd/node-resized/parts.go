@@ -52,7 +52,9 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		return nil, err
 	}
 	if !o.standalone {
-		if p.relay, err = kube.Connect(kube.Options{Kubeconfig: o.kubeconfig, NodeName: o.nodeName, Logger: log, Metrics: m}); err != nil {
+		if p.relay, err = kube.Connect(kube.Options{
+			Kubeconfig: o.kubeconfig, NodeName: o.nodeName, QPS: float32(o.kubeAPIQPS), Burst: o.kubeAPIBurst, Logger: log, Metrics: m,
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -67,6 +69,9 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		p.evictor = newEvictor(o, p.relay, p.enforcer, log, m)
 	}
 	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, log, m)
+	if p.relay != nil {
+		p.relay.Subscribe(p.agent) // the agent takes every view of the Node the relay's watch sees
+	}
 	p.readNode(ctx, o, log, m)
 	p.monitor = newMonitor(o, fsys, src, p.subscribers(o, log, m), log, m)
 	if p.socket, p.tcp, err = listeners(o); err != nil {
@@ -154,15 +159,6 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 	}
 	p.agent.OnNode(v)
 	log.Info("read the Node", "node", o.nodeName, "configured_source", v.Source, "configured", v.Configured.Key())
-}
-
-// watchNode follows the Node: the agent takes each view, and the relay
-// publishes again where a kubelet reverted the published capacity.
-func (p *parts) watchNode(ctx context.Context) error {
-	return p.relay.Watch(ctx, func(v decide.NodeView) {
-		p.agent.OnNode(v)
-		p.relay.Republish(v)
-	})
 }
 
 // subscribers are the parts told of every model change, in order: the

@@ -49,8 +49,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 		start("kubepods re-assert", func(ctx context.Context) error { return p.enforcer.Run(ctx, p.monitor) })
 	}
 	if p.relay != nil {
-		start("API relay", p.relay.Run)
-		start("Node watch", p.watchNode)
+		start("API relay", p.relay.Run) // the status patch worker, events and the Node watch
 	}
 	if p.evictor != nil {
 		start("evictor", p.evictor.Run)
