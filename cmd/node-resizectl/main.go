@@ -426,7 +426,7 @@ func describe(c monitor.Change) string {
 	}
 	fmt.Fprintf(&b, " (cpu %s, memory %s; by %s", resources.Format(resources.CPU, c.Capacity[resources.CPU]), bytes(uint64(c.Capacity[resources.Memory])), strings.Join(trig, ","))
 	if c.Events > 0 {
-		fmt.Fprintf(&b, ", %d uevents, seqnums %s", c.Events, c.Seqnums.String())
+		fmt.Fprintf(&b, ", %d uevents, seqnums %s", c.Events, seqnums(c.Seqnums))
 	}
 	if c.LatencySeconds > 0 {
 		fmt.Fprintf(&b, ", detected in %s", c.Latency().Round(10*time.Microsecond))
@@ -512,3 +512,19 @@ func hugepages(c resources.List) string {
 }
 
 func bytes(b uint64) string { return api.FormatBytes(b) }
+
+// seqnums renders a change's SEQNUMs for a table: the list while it is
+// short, otherwise the span and how many ranges it holds (-o json keeps
+// every range).
+func seqnums(s monitor.Seqnums) string {
+	const shown = 3
+	if len(s.Ranges) <= shown && !s.Truncated {
+		return s.String()
+	}
+	first, last := s.Ranges[0].First, s.Ranges[len(s.Ranges)-1].Last
+	more := ""
+	if s.Truncated {
+		more = "+"
+	}
+	return fmt.Sprintf("%d…%d%s (%d in %d%s ranges)", first, last, more, s.Count, len(s.Ranges), more)
+}
