@@ -90,6 +90,9 @@ type Config struct {
 	// OverlaySize is the size of the tmpfs that holds every write to the
 	// guest's root; default "1G".
 	OverlaySize string
+	// QEMUArgs are added to QEMU's command line, e.g. "-device",
+	// "virtio-balloon-pci,id=balloon0" for Balloon.
+	QEMUArgs []string
 
 	// KubeletConfig is the KubeletConfiguration YAML; "" means
 	// DefaultKubeletConfig.
@@ -360,6 +363,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		NUMA:      cfg.NUMA,
 		Append:    append_,
 		UserNet:   true,
+		ExtraArgs: cfg.QEMUArgs,
 		Shares: []vm.Share{
 			{Tag: rootTag, Path: "/", ReadOnly: true},
 			{Tag: outTag, Path: outDir},
@@ -487,6 +491,19 @@ func (n *Node) Run(ctx context.Context, cmd string) (string, error) {
 		return out, fmt.Errorf("guest: %q exited %d: %s", cmd, code, strings.TrimSpace(out))
 	}
 	return out, nil
+}
+
+// Balloon asks the guest's virtio-balloon device (Config.QEMUArgs must
+// add one) to bring the guest's memory to bytes (QMP balloon): the driver
+// inflates or deflates the balloon, which changes MemTotal and sends no
+// uevent.
+func (n *Node) Balloon(ctx context.Context, bytes uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, vm.DefaultQMPTimeout)
+	defer cancel()
+	if err := n.QMP().Execute(ctx, "balloon", map[string]any{"value": bytes}, nil); err != nil {
+		return fmt.Errorf("balloon to %d bytes: %w", bytes, err)
+	}
+	return nil
 }
 
 // Systemctl runs systemctl with args in the guest; like Exec it returns

@@ -1,0 +1,442 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// EnvDeb names a prebuilt node-resized .deb for TestInstalledPackage;
+// unset, the test runs `make package` in the repository.
+const EnvDeb = "NODE_RESIZED_DEB"
+
+// repoRoot is the repository holding this package (test/node's parent's
+// parent).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := packageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(filepath.Dir(dir))
+}
+
+// buildPackage returns the path of the node-resized deb: $NODE_RESIZED_DEB,
+// or the one `make package` builds into dist/ (it prints the paths of the
+// packages it wrote). The guest reads it through its view of this
+// machine's root, so it must not be under /tmp.
+func buildPackage(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(EnvDeb); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(abs); err != nil {
+			t.Fatalf("%s: %v", EnvDeb, err)
+		}
+		return abs
+	}
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	cmd := exec.CommandContext(ctx, "make", "-C", root, "--no-print-directory", "package")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make package: %v\n%s", err, tail(string(out), 30))
+	}
+	var deb string
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); strings.HasSuffix(l, "_amd64.deb") && !strings.Contains(l, " ") {
+			deb = l
+		}
+	}
+	if deb == "" {
+		t.Fatalf("make package named no _amd64.deb:\n%s", tail(string(out), 30))
+	}
+	if !filepath.IsAbs(deb) {
+		deb = filepath.Join(root, deb)
+	}
+	if _, err := os.Stat(deb); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("make package: %s after %v", deb, time.Since(t0).Round(time.Millisecond))
+	return deb
+}
+
+// buildHog builds test/vmscenario's vmtool (its "hog" fills a cgroup with
+// anonymous memory) into this machine's cache, where the guest finds it
+// through its root share.
+func buildHog(t *testing.T) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(cache, "node-resized", "node", "vmtool")
+	dir, err := packageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./vmscenario/testdata/vmtool")
+	cmd.Dir = filepath.Dir(dir)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build vmtool: %v\n%s", err, b)
+	}
+	return out
+}
+
+// str returns a journal field as text.
+func (e JournalEntry) str(k string) string {
+	if k == "MESSAGE" {
+		return e.Message()
+	}
+	s, _ := e[k].(string)
+	return s
+}
+
+// Time is the entry's __REALTIME_TIMESTAMP (the guest's clock).
+func (e JournalEntry) Time() time.Time {
+	us, err := strconv.ParseInt(e.str("__REALTIME_TIMESTAMP"), 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}
+
+// latency parses the entry's LATENCY field (a Go duration).
+func (e JournalEntry) latency() (time.Duration, bool) {
+	d, err := time.ParseDuration(e.str("LATENCY"))
+	return d, err == nil
+}
+
+// guestNow is the guest's clock, for comparing with journal timestamps.
+func guestNow(t *testing.T, n *Node) time.Time {
+	t.Helper()
+	ns, err := strconv.ParseInt(guestSh(t, n, "date +%s%N"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Unix(0, ns)
+}
+
+// daemonLog returns node-resized's own journal records (not systemd's
+// about the unit) whose message starts with msg, written after since.
+func daemonLog(t *testing.T, n *Node, msg string, since time.Time) []JournalEntry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all, err := n.Journal(ctx, "node-resized.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []JournalEntry
+	for _, e := range all {
+		if e.str("SYSLOG_IDENTIFIER") != "node-resized" || e.Time().Before(since) {
+			continue
+		}
+		if strings.HasPrefix(e.Message(), msg) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitDaemonLog waits for a record of daemonLog and returns them all.
+func waitDaemonLog(t *testing.T, n *Node, msg string, since time.Time, timeout time.Duration) []JournalEntry {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if es := daemonLog(t, n, msg, since); len(es) > 0 {
+			return es
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in node-resized's journal within %v; last lines:\n%s", msg, timeout, journalTail(t, n, 25))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func journalTail(t *testing.T, n *Node, lines int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, _, _ := n.Exec(ctx, fmt.Sprintf("journalctl -u node-resized -b --no-pager -o short-precise -n %d", lines))
+	return strings.TrimRight(out, "\n")
+}
+
+// fields renders the non-trusted fields of a record (those the daemon
+// set), sorted, for the test log.
+func journalFields(e JournalEntry) string {
+	var ks []string
+	for k := range e {
+		if k != "" && k[0] != '_' && k != "MESSAGE" && k != "PRIORITY" && k != "SYSLOG_IDENTIFIER" {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for _, k := range ks {
+		fmt.Fprintf(&b, " %s=%v", k, e[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// memTotal is the guest's MemTotal in bytes.
+func memTotal(t *testing.T, n *Node) int64 {
+	t.Helper()
+	f := strings.Fields(guestSh(t, n, "grep '^MemTotal:' /proc/meminfo"))
+	if len(f) < 2 {
+		t.Fatalf("MemTotal: %v", f)
+	}
+	kb, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kb * 1024
+}
+
+// kubepodsMax returns systemd's MemoryMax of kubepods.slice and the
+// kernel's memory.max of its cgroup, and fails the test when they
+// disagree.
+func kubepodsMax(t *testing.T, n *Node) int64 {
+	t.Helper()
+	out := guestSh(t, n, "systemctl show kubepods.slice -p MemoryMax --value; cat /sys/fs/cgroup/kubepods.slice/memory.max")
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		t.Fatalf("kubepods.slice MemoryMax and memory.max: %q", out)
+	}
+	if f[0] != f[1] {
+		t.Errorf("systemctl show kubepods.slice -p MemoryMax = %s, but kubepods.slice/memory.max = %s", f[0], f[1])
+	}
+	v, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("kubepods.slice memory.max %q", f[1])
+	}
+	return v
+}
+
+// waitKubepodsMax waits until kubepods.slice's memory.max (and systemd's
+// MemoryMax) is want.
+func waitKubepodsMax(t *testing.T, n *Node, want int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := kubepodsMax(t, n)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubepods.slice memory.max = %d (%s), want %d (%s) within %v", got, mibs(got), want, mibs(want), timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func mibs(b int64) string { return fmt.Sprintf("%.1fMi", float64(b)/mib) }
+
+// capacityCondition returns the Node's CapacityConfigured condition.
+func capacityCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == "CapacityConfigured" {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitNode waits until cond holds for the Node and returns it.
+func waitNode(t *testing.T, cs kubernetes.Interface, name, what string, timeout time.Duration, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		n, err := cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			if cond(n) {
+				return n
+			}
+			last = describeNode(n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Node %s: %s not seen within %v; last: %s", name, what, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func describeNode(n *corev1.Node) string {
+	s := fmt.Sprintf("capacity cpu=%s memory=%s allocatable cpu=%s memory=%s ready=%v",
+		n.Status.Capacity.Cpu(), n.Status.Capacity.Memory(), n.Status.Allocatable.Cpu(), n.Status.Allocatable.Memory(), nodeReady(n))
+	if c := capacityCondition(n); c != nil {
+		s += fmt.Sprintf(" CapacityConfigured=%s/%s (%s)", c.Status, c.Reason, c.Message)
+	}
+	return s
+}
+
+// nodeHistory records every version of the Node the API server serves
+// (a watch): the capacity, the CapacityConfigured reason and which field
+// manager's status entry is newest, so a test can tell the kubelet's own
+// status writes from node-resized's.
+type nodeHistory struct {
+	mu      sync.Mutex
+	entries []nodeVersion
+	stop    context.CancelFunc
+}
+
+type nodeVersion struct {
+	at        time.Time // this machine's clock, when the watch delivered it
+	cpu, mem  int64     // capacity (millicores, bytes)
+	reason    string    // CapacityConfigured reason
+	manager   string    // the field manager whose status entry is newest
+	rv        string
+	heartbeat bool // only the kubelet's Ready heartbeat changed
+}
+
+func (v nodeVersion) String() string {
+	return fmt.Sprintf("%s cpu=%dm memory=%s CapacityConfigured=%s by %s", v.at.Format("15:04:05.000"), v.cpu, mibs(v.mem), v.reason, v.manager)
+}
+
+// watchNode starts recording; Stop ends it.
+func watchNode(t *testing.T, cs kubernetes.Interface, name string) *nodeHistory {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &nodeHistory{stop: cancel}
+	go func() {
+		rv := ""
+		for ctx.Err() == nil {
+			w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
+				FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+				ResourceVersion: rv,
+			})
+			if err != nil {
+				time.Sleep(time.Second)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {
+						rv = ""
+					}
+					break
+				}
+				n, ok := ev.Object.(*corev1.Node)
+				if !ok {
+					continue
+				}
+				rv = n.ResourceVersion
+				h.add(n)
+			}
+			w.Stop()
+		}
+	}()
+	t.Cleanup(cancel)
+	return h
+}
+
+func (h *nodeHistory) add(n *corev1.Node) {
+	v := nodeVersion{at: time.Now(), cpu: n.Status.Capacity.Cpu().MilliValue(), mem: n.Status.Capacity.Memory().Value(), rv: n.ResourceVersion}
+	if c := capacityCondition(n); c != nil {
+		v.reason = string(c.Reason)
+	}
+	var newest time.Time
+	for _, m := range n.ManagedFields {
+		if m.Subresource != "status" || m.Time == nil {
+			continue
+		}
+		if !m.Time.Time.Before(newest) {
+			newest, v.manager = m.Time.Time, m.Manager
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if k := len(h.entries); k > 0 {
+		p := h.entries[k-1]
+		v.heartbeat = p.cpu == v.cpu && p.mem == v.mem && p.reason == v.reason
+	}
+	h.entries = append(h.entries, v)
+}
+
+// since returns the versions recorded at or after t0 whose capacity or
+// condition differ from the one before.
+func (h *nodeHistory) since(t0 time.Time) []nodeVersion {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []nodeVersion
+	for _, v := range h.entries {
+		if !v.at.Before(t0) && !v.heartbeat {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// all returns every version recorded.
+func (h *nodeHistory) all() []nodeVersion {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]nodeVersion(nil), h.entries...)
+}
+
+// podCgroup is the pod's cgroup with the systemd driver.
+func podCgroup(p *corev1.Pod) string {
+	qos := strings.ToLower(string(p.Status.QOSClass))
+	uid := strings.ReplaceAll(string(p.UID), "-", "_")
+	if qos == "guaranteed" {
+		return "/sys/fs/cgroup/kubepods.slice/kubepods-pod" + uid + ".slice"
+	}
+	return fmt.Sprintf("/sys/fs/cgroup/kubepods.slice/kubepods-%s.slice/kubepods-%s-pod%s.slice", qos, qos, uid)
+}
+
+// deletePod deletes a pod at once and waits for it to be gone.
+func deletePod(t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("default")
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete pod %s: %v", name, err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+	}
+	t.Fatalf("pod %s still exists a minute after its deletion", name)
+}
+
+// scanLines splits command output into trimmed, non-empty lines.
+func scanLines(s string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
