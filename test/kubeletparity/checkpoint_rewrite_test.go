@@ -25,10 +25,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
 	cadvisorapi "github.com/google/cadvisor/lib/model"
+	v1 "k8s.io/api/core/v1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/utils/cpuset"
@@ -38,6 +40,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
 	cpustate "k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
 	cputopology "k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/topology"
+	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
+	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 
 	"github.com/node-resized/node-resized/kubelet"
@@ -320,3 +324,244 @@ func TestCPUManagerCheckpointInfeasible(t *testing.T) {
 	}
 }
 
+// memCase is a memory manager checkpoint on an old machine and a new one.
+type memCase struct {
+	name     string
+	old, new numaMachine
+	reserved map[int]map[v1.ResourceName]uint64 // reservedMemory
+	// blocks are pod → container → its memory blocks.
+	blocks  map[string]map[string][]memstate.Block
+	dropped []string
+	// infeasible: no checkpoint fits, the plan must refuse.
+	infeasible bool
+}
+
+func memMachine(mem0, mem1, mem2 uint64, huge0 uint64) numaMachine {
+	m := numaMachine{
+		{id: 0, cpus: []int{0}, mem: mem0, huge: map[uint64]uint64{2 * mib: huge0, gib: 0}},
+		{id: 1, cpus: []int{1}, mem: mem1, huge: map[uint64]uint64{2 * mib: 0, gib: 0}},
+	}
+	if mem2 > 0 {
+		m = append(m, numaNode{id: 2, cpus: []int{2}, mem: mem2, huge: map[uint64]uint64{2 * mib: 0, gib: 0}})
+	}
+	return m
+}
+
+func memCases() []memCase {
+	reserved := map[int]map[v1.ResourceName]uint64{0: {v1.ResourceMemory: 512 * mib}, 1: {v1.ResourceMemory: 256 * mib}}
+	blocks := map[string]map[string][]memstate.Block{
+		"pod-a": {"app": {{NUMAAffinity: []int{0}, Type: v1.ResourceMemory, Size: gib},
+			{NUMAAffinity: []int{0}, Type: "hugepages-2Mi", Size: 256 * mib}}},
+		"pod-b": {"db": {{NUMAAffinity: []int{1, 2}, Type: v1.ResourceMemory, Size: 5 * gib}}},
+	}
+	return []memCase{
+		{name: "grown", old: memMachine(4*gib, 4*gib, 4*gib, 512), new: memMachine(4*gib, 6*gib, 4*gib, 512),
+			reserved: reserved, blocks: blocks},
+		{name: "shrunk-still-fits", old: memMachine(4*gib, 4*gib, 4*gib, 512), new: memMachine(3*gib, 3*gib, 4*gib, 512),
+			reserved: reserved, blocks: blocks},
+		{name: "hugepages-added", old: memMachine(4*gib, 4*gib, 4*gib, 512), new: memMachine(4*gib, 4*gib, 4*gib, 1024),
+			reserved: reserved, blocks: blocks},
+		{name: "node-removed", old: memMachine(4*gib, 4*gib, 4*gib, 512), new: memMachine(4*gib, 4*gib, 0, 512),
+			reserved: reserved, blocks: blocks, dropped: []string{"pod-b"}},
+		{name: "node-added", old: memMachine(4*gib, 4*gib, 0, 512), new: memMachine(4*gib, 4*gib, 2*gib, 512),
+			reserved: reserved, blocks: map[string]map[string][]memstate.Block{"pod-a": blocks["pod-a"]}},
+		{name: "shrunk-below-assigned", old: memMachine(4*gib, 4*gib, 4*gib, 512), new: memMachine(1536*mib, 4*gib, 4*gib, 512),
+			reserved: reserved, blocks: blocks, infeasible: true},
+		{name: "shrunk-below-reserved", old: memMachine(4*gib, 4*gib, 4*gib, 512), new: memMachine(4*gib, 128*mib, 4*gib, 512),
+			reserved: reserved, blocks: map[string]map[string][]memstate.Block{"pod-a": blocks["pod-a"]}, infeasible: true},
+	}
+}
+
+// systemReserved is the memory manager's reservation table for m: every
+// node present, as the kubelet's convertReserved builds it.
+func systemReserved(m numaMachine, r map[int]map[v1.ResourceName]uint64) map[int]map[v1.ResourceName]uint64 {
+	out := map[int]map[v1.ResourceName]uint64{}
+	for _, n := range m {
+		out[n.id] = map[v1.ResourceName]uint64{}
+		for name, v := range r[n.id] {
+			out[n.id][name] = v
+		}
+	}
+	return out
+}
+
+// kubeletStartsMemory loads dir's checkpoint as the kubelet does and runs
+// the Static policy's Start (validateState) for m on it.
+func kubeletStartsMemory(t *testing.T, dir string, m numaMachine, c memCase) (memstate.State, error) {
+	t.Helper()
+	st, err := memstate.NewCheckpointState(logr.Discard(), dir, memCheckpoint, "Static")
+	if err != nil {
+		return nil, err
+	}
+	p, err := memorymanager.NewPolicyStatic(logr.Discard(), m.cadvisor(), systemReserved(m, c.reserved), topologymanager.NewFakeManager(logr.Discard()))
+	if err != nil {
+		t.Fatalf("NewPolicyStatic: %v", err)
+	}
+	return st, p.Start(logr.Discard(), st)
+}
+
+// writeMemCheckpoint writes c's starting checkpoint with the kubelet's
+// checkpoint state: the policy's own default machine state (its Start on
+// an empty state), then each assignment accounted as the policy accounts
+// it. The kubelet's Start on the old machine checks the result.
+func writeMemCheckpoint(t *testing.T, dir string, c memCase) {
+	t.Helper()
+	st, err := kubeletStartsMemory(t, dir, c.old, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := st.GetMachineState()
+	for _, uid := range slices.Sorted(mapsKeys(c.blocks)) {
+		for name, blocks := range c.blocks[uid] {
+			st.SetMemoryBlocks(uid, name, blocks)
+			for _, b := range blocks {
+				left := b.Size
+				for _, id := range b.NUMAAffinity {
+					ms[id].NumberOfAssignments++
+					ms[id].Cells = b.NUMAAffinity
+					t := ms[id].MemoryMap[b.Type]
+					take := min(left, t.Free)
+					t.Free -= take
+					t.Reserved += take
+					left -= take
+				}
+			}
+		}
+	}
+	st.SetMachineState(ms)
+}
+
+func TestMemoryManagerCheckpointRewrite(t *testing.T) {
+	for _, c := range memCases() {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeMemCheckpoint(t, dir, c)
+			if _, err := kubeletStartsMemory(t, dir, c.old, c); err != nil {
+				t.Fatalf("the kubelet refuses the starting checkpoint on the old machine: %v", err)
+			}
+			if _, err := kubeletStartsMemory(t, dir, c.new, c); err == nil {
+				t.Fatal("the kubelet accepts the old checkpoint on the new machine: the case shows nothing")
+			}
+			path := filepath.Join(dir, memCheckpoint)
+			before, _ := os.ReadFile(path)
+			reserved := map[int]map[string]uint64{}
+			for id, r := range c.reserved {
+				reserved[id] = map[string]uint64{}
+				for name, v := range r {
+					reserved[id][string(name)] = v
+				}
+			}
+			plan, err := kubelet.PlanMemoryManagerCheckpoint(path, c.new.model(), reserved)
+			if c.infeasible {
+				if !errors.Is(err, kubelet.ErrCheckpointInfeasible) {
+					t.Fatalf("plan: %v, want ErrCheckpointInfeasible", err)
+				}
+				if after, _ := os.ReadFile(path); string(after) != string(before) {
+					t.Error("the checkpoint changed")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(plan.Dropped, c.dropped) {
+				t.Errorf("dropped %v, want %v", plan.Dropped, c.dropped)
+			}
+			if err := plan.Apply(); err != nil {
+				t.Fatal(err)
+			}
+			checkMemWritten(t, dir, c)
+		})
+	}
+}
+
+// checkMemWritten holds the written checkpoint against the kubelet.
+func checkMemWritten(t *testing.T, dir string, c memCase) {
+	t.Helper()
+	st, err := kubeletStartsMemory(t, dir, c.new, c)
+	if err != nil {
+		t.Fatalf("the kubelet refuses the rewritten checkpoint: %v", err)
+	}
+	for uid, containers := range c.blocks {
+		for name, blocks := range containers {
+			got := st.GetMemoryBlocks(uid, name)
+			if slices.Contains(c.dropped, uid) != (got == nil) || (got != nil && !slices.EqualFunc(got, blocks, sameBlock)) {
+				t.Errorf("pod %s container %s: %v (dropped: %v)", uid, name, got, c.dropped)
+			}
+		}
+	}
+	// An older kubelet reads the v1 fields, with their own checksum.
+	cm, err := checkpointmanager.NewCheckpointManager(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1cp := &memstate.MemoryManagerCheckpointV1{Entries: memstate.ContainerMemoryAssignments{}, MachineState: memstate.NUMANodeMap{}}
+	if err := cm.GetCheckpoint(memCheckpoint, v1cp); err != nil || v1cp.Checksum == 0 {
+		t.Errorf("the v1 fields: %v (checksum %d)", err, v1cp.Checksum)
+	}
+	if _, err := os.Stat(filepath.Join(dir, memCheckpoint+kubelet.BackupSuffix)); err != nil {
+		t.Errorf("no backup: %v", err)
+	}
+}
+
+func sameBlock(a, b memstate.Block) bool {
+	return a.Type == b.Type && a.Size == b.Size && slices.Equal(a.NUMAAffinity, b.NUMAAffinity)
+}
+
+// Our reader takes every layout the kubelet writes, checksum included, and
+// refuses what the kubelet refuses.
+func TestMemoryManagerCheckpointLayouts(t *testing.T) {
+	ms := memstate.NUMANodeMap{
+		0: {NumberOfAssignments: 1, Cells: []int{0}, MemoryMap: map[v1.ResourceName]*memstate.MemoryTable{
+			v1.ResourceMemory: {TotalMemSize: 4 * gib, SystemReserved: gib, Allocatable: 3 * gib, Reserved: gib, Free: 2 * gib},
+			"hugepages-2Mi":   {}}},
+		1: {Cells: []int{1}, MemoryMap: map[v1.ResourceName]*memstate.MemoryTable{v1.ResourceMemory: {TotalMemSize: gib, Allocatable: gib, Free: gib}}},
+	}
+	entries := memstate.ContainerMemoryAssignments{"pod-a": {"app": {{NUMAAffinity: []int{0}, Type: v1.ResourceMemory, Size: gib}}}, "pod-b": {}}
+	pods := memstate.PodMemoryAssignments{"pod-a": {MemoryBlocks: []memstate.Block{{NUMAAffinity: []int{0}, Type: v1.ResourceMemory, Size: gib}}}, "pod-c": {}}
+	for _, tc := range []struct {
+		name   string
+		cp     checkpointmanager.Checkpoint
+		format string
+	}{
+		{"v1", &memstate.MemoryManagerCheckpointV1{PolicyName: "Static", MachineState: ms, Entries: entries}, kubelet.MemoryCheckpointV1},
+		{"v1-empty", &memstate.MemoryManagerCheckpointV1{PolicyName: "None", MachineState: memstate.NUMANodeMap{}, Entries: memstate.ContainerMemoryAssignments{}}, kubelet.MemoryCheckpointV1},
+		{"v2", &memstate.MemoryManagerCheckpointV2{PolicyName: "Static", MachineState: ms, Entries: entries, PodEntries: pods}, kubelet.MemoryCheckpointV2},
+		{"v3", &memstate.MemoryManagerCheckpointV3{CheckpointData: memstate.MemoryManagerCheckpointData{PolicyName: "Static", MachineState: ms, Entries: entries, PodEntries: pods}}, kubelet.MemoryCheckpointV3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cm, err := checkpointmanager.NewCheckpointManager(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cm.CreateCheckpoint(memCheckpoint, tc.cp); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, memCheckpoint)
+			st, err := kubelet.ReadMemoryManagerCheckpoint(path)
+			if err != nil || st.Format != tc.format {
+				t.Fatalf("read: %+v, %v; want format %s", st, err, tc.format)
+			}
+			// The kubelet's loader agrees, and refuses the file once a byte
+			// of its content changes; so does ours.
+			if _, err := memstate.NewCheckpointState(logr.Discard(), dir, memCheckpoint, st.PolicyName); err != nil {
+				t.Fatalf("the kubelet refuses it: %v", err)
+			}
+			b, _ := os.ReadFile(path)
+			// Inside the v3 data too, where quotes are escaped.
+			bad := []byte(strings.NewReplacer(`numberOfAssignments":1`, `numberOfAssignments":2`,
+				`numberOfAssignments\":1`, `numberOfAssignments\":2`,
+				`"policyName":"None"`, `"policyName":"none"`).Replace(string(b)))
+			if string(bad) == string(b) {
+				t.Fatal("nothing to alter")
+			}
+			os.WriteFile(path, bad, 0o644)
+			_, kerr := memstate.NewCheckpointState(logr.Discard(), dir, memCheckpoint, st.PolicyName)
+			_, err = kubelet.ReadMemoryManagerCheckpoint(path)
+			if (kerr == nil) != (err == nil) || (err != nil && !errors.Is(err, kubelet.ErrCorruptMemoryCheckpoint)) {
+				t.Errorf("altered: kubelet %v, ours %v", kerr, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,97 @@
+package kubelet
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/node-resized/node-resized/topology"
+)
+
+// writeMemoryState writes st as v3 into a temporary directory.
+func writeMemoryState(t *testing.T, st MemoryManagerState) string {
+	t.Helper()
+	b, err := marshalMemoryV3(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "memory_manager_state")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Two NUMA nodes of 4 GiB, 1 GiB reserved on node 0; pod A has 1 GiB on
+// node 0, pod B 2 GiB on node 1. (test/kubeletparity holds the same
+// arithmetic against the kubelet's own.)
+func memoryFixture() (MemoryManagerState, []topology.Node) {
+	gi := uint64(1 << 30)
+	st := MemoryManagerState{PolicyName: "Static",
+		MachineState: map[int]*NUMANodeState{
+			0: {NumberOfAssignments: 1, Cells: []int{0}, MemoryMap: map[string]*MemoryTable{
+				"memory": {TotalMemSize: 4 * gi, SystemReserved: gi, Allocatable: 3 * gi, Reserved: gi, Free: 2 * gi}}},
+			1: {NumberOfAssignments: 1, Cells: []int{1}, MemoryMap: map[string]*MemoryTable{
+				"memory": {TotalMemSize: 4 * gi, Allocatable: 4 * gi, Reserved: 2 * gi, Free: 2 * gi}}},
+		},
+		Containers: map[string]map[string][]MemoryBlock{
+			podA: {"app": {{NUMAAffinity: []int{0}, Type: "memory", Size: gi}}},
+			podB: {"db": {{NUMAAffinity: []int{1}, Type: "memory", Size: 2 * gi}}},
+		}}
+	return st, []topology.Node{{ID: 0, MemTotal: 4 * gi}, {ID: 1, MemTotal: 4 * gi}}
+}
+
+func TestPlanMemoryManagerCheckpoint(t *testing.T) {
+	gi := uint64(1 << 30)
+	st, nodes := memoryFixture()
+	path := writeMemoryState(t, st)
+	got, err := ReadMemoryManagerCheckpoint(path)
+	if err != nil || got.Format != MemoryCheckpointV3 || !reflect.DeepEqual(got.MachineState, st.MachineState) {
+		t.Fatalf("read back %+v, %v", got, err)
+	}
+	p, err := PlanMemoryManagerCheckpoint(path, nodes, nil)
+	if err != nil || p.Changed {
+		t.Fatalf("same machine: changed %v, %v", p.Changed, err)
+	}
+
+	nodes[1].MemTotal = 3 * gi // still holds pod B
+	p, err = PlanMemoryManagerCheckpoint(path, nodes, nil)
+	if err != nil || !p.Changed {
+		t.Fatalf("node 1 shrunk: changed %v, %v", p != nil && p.Changed, err)
+	}
+	if n1 := p.New.MachineState[1].MemoryMap["memory"]; n1.TotalMemSize != 3*gi || n1.Free != gi || n1.Reserved != 2*gi {
+		t.Errorf("node 1 after the shrink: %+v", *n1)
+	}
+	if err := p.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMemoryManagerCheckpoint(path); err != nil {
+		t.Fatalf("our own reader refuses the result: %v", err)
+	}
+
+	nodes[1].MemTotal = gi // pod B's 2 GiB no longer fit
+	if _, err := PlanMemoryManagerCheckpoint(path, nodes, nil); !errors.Is(err, ErrCheckpointInfeasible) {
+		t.Fatalf("node 1 below pod B: %v", err)
+	}
+	// Node 1 gone with pod B evicted: its entry is dropped.
+	p, err = PlanMemoryManagerCheckpoint(path, nodes[:1], nil)
+	if err != nil || len(p.Dropped) != 1 || p.Dropped[0] != podB || len(p.New.MachineState) != 1 {
+		t.Fatalf("node 1 removed: %+v, %v", p, err)
+	}
+}
+
+func TestReadMemoryManagerCheckpointCorrupt(t *testing.T) {
+	st, _ := memoryFixture()
+	path := writeMemoryState(t, st)
+	b, _ := os.ReadFile(path)
+	b[len(b)-3]++ // the dataChecksum
+	os.WriteFile(path, b, 0o644)
+	if _, err := ReadMemoryManagerCheckpoint(path); !errors.Is(err, ErrCorruptMemoryCheckpoint) {
+		t.Fatalf("altered dataChecksum: %v", err)
+	}
+	if _, err := PlanMemoryManagerCheckpoint(path, nil, nil); !errors.Is(err, ErrCorruptMemoryCheckpoint) {
+		t.Fatalf("plan on a corrupt checkpoint: %v", err)
+	}
+}

@@ -1,0 +1,296 @@
+package kubelet
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/node-resized/node-resized/topology"
+)
+
+// MemoryManagerPlan is a rewrite of the memory manager's checkpoint for a
+// new NUMA topology, made by PlanMemoryManagerCheckpoint and written by
+// Apply. It is not safe for concurrent use.
+type MemoryManagerPlan struct {
+	Path string
+	// Old is the checkpoint as read, New as it will be written.
+	Old, New MemoryManagerState
+	// Dropped are the pods whose memory lies on a NUMA node the machine no
+	// longer has: their assignments are left out of New. They must have
+	// been evicted.
+	Dropped []string
+	// Changed reports whether New differs from Old; Apply writes nothing
+	// otherwise.
+	Changed bool
+
+	old, data []byte
+}
+
+// Apply writes the planned checkpoint when it changed: atomically, with
+// the previous file kept at Path+BackupSuffix. It fails, wrapping
+// ErrCheckpointChanged, when the file is no longer the one planned from.
+func (p *MemoryManagerPlan) Apply() error {
+	if !p.Changed {
+		return nil
+	}
+	return replaceCheckpoint(p.Path, p.old, p.data)
+}
+
+// Bytes returns the checkpoint Apply writes (nil when unchanged).
+func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
+
+// PlanMemoryManagerCheckpoint reads the memory manager's checkpoint at
+// path ("" means DefaultMemoryManagerCheckpoint), verifies it as the
+// kubelet does (a corrupt one is an error, never rewritten), and plans the
+// checkpoint the kubelet's Static policy accepts on the NUMA nodes given
+// (its validateState): the machine state the kubelet computes for them
+// (each node's MemTotal and huge pages, less reserved), with every
+// assignment on nodes that still exist accounted on it again.
+//
+// reserved is the kubelet's reservedMemory: NUMA node → resource name
+// ("memory", "hugepages-2Mi") → bytes; nil takes the reservations the
+// checkpoint was computed with.
+//
+// When an assignment no longer fits its nodes, or a node has less memory
+// than is reserved on it, no plan is possible: the error wraps
+// ErrCheckpointInfeasible and says what an operator must do. The None
+// policy's checkpoint, and a Static one not yet initialised, need no
+// rewrite. A missing checkpoint gives an error wrapping fs.ErrNotExist.
+func PlanMemoryManagerCheckpoint(path string, nodes []topology.Node, reserved map[int]map[string]uint64) (*MemoryManagerPlan, error) {
+	if path == "" {
+		path = DefaultMemoryManagerCheckpoint
+	}
+	b, err := readCheckpointFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("memory manager checkpoint: %w", err)
+	}
+	st, err := ParseMemoryManagerCheckpoint(b)
+	if err != nil {
+		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
+	}
+	p := &MemoryManagerPlan{Path: path, Old: st, New: st, old: b}
+	if st.PolicyName != "Static" || len(st.MachineState) == 0 {
+		return p, nil
+	}
+	if reserved == nil {
+		reserved = reservedFromState(st.MachineState)
+	}
+	ms, err := defaultMachineState(nodes, reserved)
+	if err != nil {
+		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
+	}
+	if p.New, p.Dropped, err = replayMemory(st, ms); err != nil {
+		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
+	}
+	p.Changed = len(p.Dropped) > 0 || !reflect.DeepEqual(st.MachineState, p.New.MachineState)
+	if p.Changed {
+		if p.data, err = marshalMemoryV3(p.New); err != nil {
+			return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
+		}
+	}
+	return p, nil
+}
+
+// ReservedMemory returns the configuration's reservedMemory as
+// PlanMemoryManagerCheckpoint takes it.
+func (c *Config) ReservedMemory() (map[int]map[string]uint64, error) {
+	out := map[int]map[string]uint64{}
+	if c.Raw == nil {
+		return out, nil
+	}
+	for _, r := range c.Raw.ReservedMemory {
+		for name, q := range r.Limits {
+			v, ok := q.AsInt64()
+			if !ok || v < 0 {
+				return nil, fmt.Errorf("reservedMemory of NUMA node %d: %s %s is not a byte count", r.NumaNode, name, q.String())
+			}
+			if out[int(r.NumaNode)] == nil {
+				out[int(r.NumaNode)] = map[string]uint64{}
+			}
+			out[int(r.NumaNode)][string(name)] += uint64(v)
+		}
+	}
+	return out, nil
+}
+
+// reservedFromState recovers the reservations from a machine state.
+func reservedFromState(ms map[int]*NUMANodeState) map[int]map[string]uint64 {
+	out := map[int]map[string]uint64{}
+	for id, n := range ms {
+		if n == nil {
+			continue
+		}
+		for name, t := range n.MemoryMap {
+			if t != nil && t.SystemReserved > 0 {
+				if out[id] == nil {
+					out[id] = map[string]uint64{}
+				}
+				out[id][name] = t.SystemReserved
+			}
+		}
+	}
+	return out
+}
+
+// defaultMachineState is the kubelet's getDefaultMachineState: per NUMA
+// node, each huge page size and the regular memory less what is reserved
+// and, for memory, less the huge pages.
+func defaultMachineState(nodes []topology.Node, reserved map[int]map[string]uint64) (map[int]*NUMANodeState, error) {
+	ms := make(map[int]*NUMANodeState, len(nodes))
+	for _, n := range nodes {
+		ms[n.ID] = &NUMANodeState{MemoryMap: map[string]*MemoryTable{}, Cells: []int{n.ID}}
+	}
+	for _, id := range slices.Sorted(maps.Keys(reserved)) {
+		if _, ok := ms[id]; !ok && len(reserved[id]) > 0 {
+			return nil, fmt.Errorf("%w: reservedMemory names NUMA node %d, which the machine no longer has; "+
+				"remove it from the kubelet's reservedMemory (moving its reservation to a node that exists) before the kubelet restarts",
+				ErrCheckpointInfeasible, id)
+		}
+	}
+	for _, n := range nodes {
+		var huge uint64
+		for _, hp := range n.Hugepages {
+			name := "hugepages-" + resource.NewQuantity(int64(hp.PageSize), resource.BinarySI).String()
+			total := hp.Count * hp.PageSize
+			t, err := memoryTable(n.ID, name, total, reserved[n.ID][name])
+			if err != nil {
+				return nil, err
+			}
+			ms[n.ID].MemoryMap[name] = t
+			huge += total
+		}
+		t, err := memoryTable(n.ID, "memory", n.MemTotal, reserved[n.ID]["memory"]+huge)
+		if err != nil {
+			return nil, err
+		}
+		t.SystemReserved = reserved[n.ID]["memory"]
+		ms[n.ID].MemoryMap["memory"] = t
+	}
+	return ms, nil
+}
+
+// memoryTable is one resource of a node with nothing assigned; taken is
+// what is not allocatable. The kubelet subtracts without a check and would
+// wrap around; here that is an error.
+func memoryTable(node int, name string, total, taken uint64) (*MemoryTable, error) {
+	if taken > total {
+		return nil, fmt.Errorf("%w: NUMA node %d has %d bytes of %s, less than the %d reserved on it (reservedMemory, and huge pages for memory); "+
+			"lower the node's reservedMemory in the kubelet's configuration (with kubeReserved, systemReserved and evictionHard to match) "+
+			"or give the node its memory back before the kubelet restarts", ErrCheckpointInfeasible, node, total, name, taken)
+	}
+	return &MemoryTable{TotalMemSize: total, SystemReserved: taken, Allocatable: total - taken, Free: total - taken}, nil
+}
+
+// replayMemory accounts every assignment on the new machine state as the
+// kubelet's validateState does, dropping those on NUMA nodes that are gone.
+func replayMemory(st MemoryManagerState, ms map[int]*NUMANodeState) (MemoryManagerState, []string, error) {
+	out := MemoryManagerState{Format: MemoryCheckpointV3, PolicyName: st.PolicyName, MachineState: ms,
+		Containers: map[string]map[string][]MemoryBlock{}}
+	if st.Pods != nil {
+		out.Pods = map[string][]MemoryBlock{}
+	}
+	uids := slices.Sorted(maps.Keys(st.Containers))
+	for uid := range st.Pods {
+		if _, ok := st.Containers[uid]; !ok {
+			uids = append(uids, uid)
+		}
+	}
+	var dropped, misfit []string
+	for _, uid := range uids {
+		if !onNodes(ms, st.Pods[uid]) || !onNodes(ms, slices.Concat(slices.Collect(maps.Values(st.Containers[uid]))...)) {
+			dropped = append(dropped, uid)
+			continue
+		}
+		if c, ok := st.Containers[uid]; ok {
+			out.Containers[uid] = c
+		}
+		if p, ok := st.Pods[uid]; ok {
+			out.Pods[uid] = p
+		}
+		if !accountPod(ms, st, uid) {
+			misfit = append(misfit, uid)
+		}
+	}
+	if len(misfit) > 0 {
+		return MemoryManagerState{}, nil, fmt.Errorf("%w: the memory assigned to pods %v no longer fits its NUMA nodes; "+
+			"evict those pods (their memory is pinned there) or give the nodes their memory back before the kubelet restarts",
+			ErrCheckpointInfeasible, misfit)
+	}
+	return out, dropped, nil
+}
+
+func onNodes(ms map[int]*NUMANodeState, blocks []MemoryBlock) bool {
+	for _, b := range blocks {
+		for _, id := range b.NUMAAffinity {
+			if _, ok := ms[id]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// accountPod reserves a pod's memory on ms as the kubelet's
+// updateExpectedMachineState does: its pod-level blocks when it has them,
+// else its containers'; pods without container entries are not counted
+// (the kubelet iterates the container entries). It reports false when a
+// block's memory type is missing or its size does not fit.
+func accountPod(ms map[int]*NUMANodeState, st MemoryManagerState, uid string) bool {
+	containers, ok := st.Containers[uid]
+	if !ok {
+		return true
+	}
+	blocks := st.Pods[uid]
+	if len(blocks) == 0 {
+		for _, name := range slices.Sorted(maps.Keys(containers)) {
+			blocks = append(blocks, containers[name]...)
+		}
+	}
+	fits := true
+	for _, b := range blocks {
+		left := b.Size
+		for _, id := range b.NUMAAffinity {
+			n := ms[id]
+			n.NumberOfAssignments++
+			n.Cells = b.NUMAAffinity
+			t, ok := n.MemoryMap[b.Type]
+			if !ok {
+				fits = false
+				continue
+			}
+			take := min(left, t.Free)
+			t.Reserved += take
+			t.Free -= take
+			left -= take
+		}
+		fits = fits && left == 0
+	}
+	return fits
+}
+
+// marshalMemoryV3 writes st as the kubelet's MarshalCheckpoint does for
+// v3: the data with its checksum, and the v1 fields with theirs.
+func marshalMemoryV3(st MemoryManagerState) ([]byte, error) {
+	d := mmData{PolicyName: st.PolicyName, MachineState: st.MachineState, Entries: st.Containers}
+	if d.Entries == nil {
+		d.Entries = map[string]map[string][]MemoryBlock{}
+	}
+	if st.Pods != nil {
+		d.PodEntries = make(map[string]mmPodEntry, len(st.Pods))
+		for uid, blocks := range st.Pods {
+			d.PodEntries[uid] = mmPodEntry{MemoryBlocks: blocks}
+		}
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("marshal memory manager checkpoint data: %w", err)
+	}
+	v3 := mmV3{mmV1: mmV1{PolicyName: d.PolicyName, MachineState: d.MachineState, Entries: d.Entries},
+		Data: string(data), DataChecksum: uint64(fnv32a("(string)" + string(data)))}
+	v3.Checksum = v3.mmV1.hash()
+	return json.Marshal(v3)
+}
