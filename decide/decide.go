@@ -76,16 +76,6 @@ type Decision struct {
 	Err error
 }
 
-// Actuates reports whether any action changes the node.
-func (d Decision) Actuates() bool {
-	for _, a := range d.Actions {
-		if a.Actuates() {
-			return true
-		}
-	}
-	return false
-}
-
 // RejectedError reports input that Decide refused to act on. It is not
 // modified after Decide returns it: safe for concurrent reads.
 type RejectedError struct {
@@ -100,11 +90,7 @@ func (e *RejectedError) Error() string {
 
 // managed reports whether node-resized publishes and enforces the resource.
 func managed(name string) bool {
-	switch name {
-	case resources.CPU, resources.Memory, resources.EphemeralStorage:
-		return true
-	}
-	return resources.IsHugePages(name)
+	return resources.Published(name)
 }
 
 // Decide applies KEP-3953's rules to one pass of input and returns what to do.

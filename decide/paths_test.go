@@ -26,7 +26,7 @@ func TestPathA1OrchestratedUpscale(t *testing.T) {
 	// nothing actuated (the message follows the hardware).
 	for _, cpus := range []int64{5, 6, 7} {
 		d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (cpus)*1000) })
-		if d.Condition.Reason != ReasonInfeasible || d.Actuates() || d.Target[resources.CPU] != 4000 {
+		if d.Condition.Reason != ReasonInfeasible || actuates(d) || d.Target[resources.CPU] != 4000 {
 			t.Fatalf("%d CPUs: %s %v target %v", cpus, d.Condition.Reason, kinds(d.Actions), d.Target)
 		}
 	}

@@ -136,8 +136,8 @@ func TestValidationRules(t *testing.T) {
 			if d.Condition.Reason != first {
 				t.Fatalf("condition %s (%s), want %s", d.Condition.Reason, d.Condition.Message, first)
 			}
-			if tc.actuates != d.Actuates() {
-				t.Fatalf("actuates = %v, want %v (%v)", d.Actuates(), tc.actuates, kinds(d.Actions))
+			if tc.actuates != actuates(d) {
+				t.Fatalf("actuates = %v, want %v (%v)", actuates(d), tc.actuates, kinds(d.Actions))
 			}
 			if tc.noActions && len(d.Actions) != 0 {
 				t.Fatalf("actions %v, want none", kinds(d.Actions))
