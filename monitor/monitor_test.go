@@ -3,12 +3,16 @@ package monitor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/resources"
@@ -71,11 +75,15 @@ func (f *fakeMachine) count() int {
 	return f.snapshots
 }
 
-// fakeSource delivers what the test injects. Injecting never blocks.
+// fakeSource delivers what the test injects, stamped on the test's clock as
+// the listener stamps uevents on the real one. Injecting never blocks.
 type fakeSource struct {
+	clock  clock.PassiveClock
 	ch     chan result
 	closed chan struct{}
 	once   sync.Once
+	sent   uint64      // uevents injected, for harness.settle
+	stamps []time.Time // their Received times, in order
 }
 
 type result struct {
@@ -83,8 +91,8 @@ type result struct {
 	err error
 }
 
-func newFakeSource() *fakeSource {
-	return &fakeSource{ch: make(chan result, 100000), closed: make(chan struct{})}
+func newFakeSource(clk clock.PassiveClock) *fakeSource {
+	return &fakeSource{clock: clk, ch: make(chan result, 100000), closed: make(chan struct{})}
 }
 
 func (s *fakeSource) Receive() (uevent.Event, error) {
@@ -102,9 +110,19 @@ func (s *fakeSource) Close() error {
 }
 
 func (s *fakeSource) inject(subsystem string, action uevent.Action, seq uint64) {
-	s.ch <- result{ev: uevent.Event{Action: action, Subsystem: subsystem, Seqnum: seq, Received: time.Now()}}
+	s.send(uevent.Event{Action: action, Subsystem: subsystem, Seqnum: seq})
 }
 
+// send delivers ev, stamped with its arrival now.
+func (s *fakeSource) send(ev uevent.Event) {
+	ev.Received = s.clock.Now()
+	s.sent++
+	s.stamps = append(s.stamps, ev.Received)
+	s.ch <- result{ev: ev}
+}
+
+// harness runs a monitor on a fake clock that the test steps, unless the
+// test asks for the real one (Config.Clock set).
 type harness struct {
 	t       *testing.T
 	mon     *Monitor
@@ -112,11 +130,70 @@ type harness struct {
 	src     *fakeSource
 	metrics *metrics.Metrics
 	changes <-chan Change
+	// clock is the fake clock, nil on the real one; base is the number of
+	// its waiters while no batch is pending (the loop's tickers).
+	clock *timerClock
+	base  int
+}
+
+// timerClock is a fake clock that tells when the timers made from it are
+// set to fire: the loop makes one, for its pending batch.
+type timerClock struct {
+	*clocktesting.FakeClock
+	mu     sync.Mutex
+	target time.Time // when the timer is set to fire; zero when stopped
+}
+
+func (c *timerClock) NewTimer(d time.Duration) clock.Timer {
+	c.set(c.Now().Add(d))
+	return &watchedTimer{Timer: c.FakeClock.NewTimer(d), c: c}
+}
+
+func (c *timerClock) set(t time.Time) {
+	c.mu.Lock()
+	c.target = t
+	c.mu.Unlock()
+}
+
+// firesAt returns when the timer is set to fire, zero when it is not set.
+func (c *timerClock) firesAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.target
+}
+
+type watchedTimer struct {
+	clock.Timer
+	c *timerClock
+}
+
+func (t *watchedTimer) Reset(d time.Duration) bool {
+	t.c.set(t.c.Now().Add(d)) // before the fake clock counts it as a waiter
+	return t.Timer.Reset(d)
+}
+
+func (t *watchedTimer) Stop() bool {
+	t.c.set(time.Time{})
+	return t.Timer.Stop()
+}
+
+// t0 is when the fake clock starts.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newHarness(t *testing.T, cfg *Config) *harness {
+	h := &harness{t: t, metrics: metrics.New()}
+	if cfg.Clock == nil {
+		h.clock = &timerClock{FakeClock: clocktesting.NewFakeClock(t0)}
+		cfg.Clock = h.clock
+	}
+	h.src = newFakeSource(cfg.Clock)
+	return h
 }
 
 func start(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	h := &harness{t: t, machine: &fakeMachine{online: topology.CPUSet{0, 1}, memTotal: 4 << 30}, src: newFakeSource(), metrics: metrics.New()}
+	h := newHarness(t, &cfg)
+	h.machine = &fakeMachine{online: topology.CPUSet{0, 1}, memTotal: 4 << 30}
 	h.run(h.machine, cfg)
 	h.next() // the startup change
 	return h
@@ -151,6 +228,55 @@ func (h *harness) run(machine Machine, cfg Config) {
 	case err := <-done:
 		t.Fatalf("Run: %v", err)
 	}
+	if h.clock != nil {
+		h.base = h.clock.Waiters() // the tickers, set before Ready
+	}
+}
+
+// settle returns once the loop has taken every uevent injected so far and
+// finished acting on it: Alive is answered on a later turn of the loop, so
+// the timer is set for the pending batch and a step of the clock after
+// settle cannot race with the loop setting it.
+func (h *harness) settle() {
+	h.t.Helper()
+	waitFor(h.t, func() bool { return h.mon.Stats().Uevents == h.src.sent })
+	h.alive()
+}
+
+func (h *harness) alive() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !h.mon.Alive(ctx) {
+		h.t.Fatal("the loop does not answer")
+	}
+}
+
+// armed waits until the loop has set its timer for a pending batch.
+func (h *harness) armed() {
+	h.t.Helper()
+	waitFor(h.t, func() bool { return h.clock.Waiters() > h.base })
+}
+
+// fire steps the fake clock to the moment the loop's timer is set for, and
+// returns how far that was: exactly when the pending batch falls due. The
+// loop must be settled with its timer set.
+func (h *harness) fire() time.Duration {
+	h.t.Helper()
+	at, now := h.clock.firesAt(), h.clock.Now()
+	if h.clock.Waiters() <= h.base || !at.After(now) {
+		h.t.Fatal("the loop has no timer set")
+	}
+	h.clock.Step(at.Sub(now))
+	return at.Sub(now)
+}
+
+// flush settles the loop and fires its timer; it returns how long the
+// pending batch waited after the last step of the clock.
+func (h *harness) flush() time.Duration {
+	h.t.Helper()
+	h.settle()
+	return h.fire()
 }
 
 // next waits for the next change.
@@ -191,7 +317,9 @@ func hasKind(cs topology.Changes, kind string) bool {
 	return false
 }
 
-// waitFor polls cond until it holds, for at most 10s.
+// waitFor polls cond until it holds, for at most 10s. It waits for the
+// loop's goroutine to get there, never for the loop's time, which is the
+// fake clock's.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -211,6 +339,15 @@ func hasTrigger(c Change, t Trigger) bool {
 	return false
 }
 
+// exactly fails the test unless got is want; the fake clock makes the
+// loop's times exact.
+func exactly(t *testing.T, what string, got, want time.Duration) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %v, want exactly %v", what, got, want)
+	}
+}
+
 func TestBurstIsOneChange(t *testing.T) {
 	h := start(t, Config{Quiet: 50 * time.Millisecond, MaxWait: 10 * time.Second, MemPoll: -1, Resync: -1})
 	before := h.machine.count()
@@ -224,6 +361,8 @@ func TestBurstIsOneChange(t *testing.T) {
 		}
 		h.src.inject("memory", action, uint64(5000+i))
 	}
+	// The batch is due one quiet window after the last event, not before.
+	exactly(t, "the quiet window", h.flush(), 50*time.Millisecond)
 	c := h.next()
 	if c.Events != 1024 {
 		t.Errorf("change has %d events, want 1024", c.Events)
@@ -234,8 +373,12 @@ func TestBurstIsOneChange(t *testing.T) {
 	if c.Capacity[resources.Memory] != 68<<30 {
 		t.Errorf("capacity memory = %d, want %d", c.Capacity[resources.Memory], uint64(68<<30))
 	}
-	if !hasTrigger(c, TriggerUevent) || c.LatencySeconds <= 0 {
-		t.Errorf("triggers %v latency %v: want a uevent trigger with a latency", c.Triggers, c.LatencySeconds)
+	if !hasTrigger(c, TriggerUevent) {
+		t.Errorf("triggers %v, want a uevent trigger", c.Triggers)
+	}
+	exactly(t, "latency", c.Latency(), 50*time.Millisecond)
+	if !c.Time.Equal(t0.Add(50 * time.Millisecond)) {
+		t.Errorf("change time %v, want the clock's %v", c.Time, t0.Add(50*time.Millisecond))
 	}
 	h.none()
 	// One rebuild for the burst and one for the check in none().
@@ -247,39 +390,61 @@ func TestBurstIsOneChange(t *testing.T) {
 	}
 }
 
-func TestMaxWaitBoundsAnEndlessBurst(t *testing.T) {
-	h := start(t, Config{Quiet: 200 * time.Millisecond, MaxWait: 200 * time.Millisecond, MemPoll: -1, Resync: -1})
-	// Events keep coming every 10ms, so the quiet window never closes; the
-	// change must still be seen once MaxWait has passed since the first.
+func TestQuietWindowExtendsWithEachEvent(t *testing.T) {
+	h := start(t, Config{Quiet: 50 * time.Millisecond, MaxWait: time.Second, MemPoll: -1, Resync: -1})
 	h.machine.set(topology.CPUSet{0}, 4<<30)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		seq := uint64(1)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-				h.src.inject("cpu", uevent.ActionOffline, seq)
-				seq++
-			}
+	// Three events 30ms apart: each pushes the deadline out to 50ms after
+	// itself.
+	for i := range 3 {
+		h.src.inject("cpu", uevent.ActionOffline, uint64(1+i))
+		h.settle()
+		if i < 2 {
+			h.clock.Step(30 * time.Millisecond)
 		}
-	}()
+	}
+	exactly(t, "wait after the last event", h.fire(), 50*time.Millisecond)
 	c := h.next()
-	close(stop)
-	wg.Wait()
+	if c.Events != 3 {
+		t.Errorf("change has %d events, want 3", c.Events)
+	}
+	exactly(t, "latency", c.Latency(), 110*time.Millisecond)
+}
+
+func TestMaxWaitBoundsAnEndlessBurst(t *testing.T) {
+	const quiet, maxWait, gap = 50 * time.Millisecond, 200 * time.Millisecond, 10 * time.Millisecond
+	h := start(t, Config{Quiet: quiet, MaxWait: maxWait, MemPoll: -1, Resync: -1})
+	// Events keep coming every 10ms, so the quiet window never closes; the
+	// change must still be made MaxWait after the first event, and not
+	// before.
+	h.machine.set(topology.CPUSet{0}, 4<<30)
+	var elapsed time.Duration
+	for seq := uint64(1); ; seq++ {
+		h.src.inject("cpu", uevent.ActionOffline, seq)
+		h.settle()
+		h.clock.Step(gap)
+		elapsed += gap
+		if fired := h.clock.Waiters() == h.base; fired != (elapsed >= maxWait) {
+			t.Fatalf("after %v of events every %v: timer fired %v, want it to fire at %v", elapsed, gap, fired, maxWait)
+		}
+		if elapsed >= maxWait {
+			break
+		}
+	}
+	c := h.next()
 	if c.Capacity[resources.CPU] != 1000 {
 		t.Errorf("cpu = %d, want 1", c.Capacity[resources.CPU])
 	}
+	if want := int(maxWait / gap); c.Events != want {
+		t.Errorf("change has %d events, want %d", c.Events, want)
+	}
+	exactly(t, "latency", c.Latency(), maxWait)
 }
 
 func TestForgedEventChangesNothing(t *testing.T) {
 	h := start(t, Config{MemPoll: -1, Resync: -1})
 	// The message claims cpu1 went offline; sysfs says it did not.
 	h.src.inject("cpu", uevent.ActionOffline, 42)
+	exactly(t, "the default quiet window", h.flush(), 20*time.Millisecond)
 	waitFor(t, func() bool { return h.mon.Stats().Rebuilds >= 2 })
 	h.none()
 	snap, capac := h.mon.Snapshot()
@@ -298,10 +463,13 @@ func TestLostEventsTriggerRescan(t *testing.T) {
 	h := start(t, Config{MemPoll: -1, Resync: -1})
 	h.machine.set(topology.CPUSet{0}, 4<<30)
 	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropOverflow}}
+	h.armed()
+	exactly(t, "rescan delay", h.fire(), 20*time.Millisecond)
 	c := h.next()
 	if !hasTrigger(c, TriggerLost) || c.Capacity[resources.CPU] != 1000 {
 		t.Errorf("change %v cpu %d: want a lost-events rescan that sees 1 CPU", c.Triggers, c.Capacity[resources.CPU])
 	}
+	exactly(t, "latency", c.Latency(), 20*time.Millisecond)
 	if st := h.mon.Stats(); st.LostEvents != 1 {
 		t.Errorf("lost events = %d, want 1", st.LostEvents)
 	}
@@ -310,17 +478,39 @@ func TestLostEventsTriggerRescan(t *testing.T) {
 func TestUnexpectedReadErrorKeepsRunning(t *testing.T) {
 	h := start(t, Config{MemPoll: -1, Resync: -1})
 	h.src.ch <- result{err: errors.New("recvfrom: interrupted")}
+	// The error is a rescan (the loop's timer) and a 100ms back-off of the
+	// reader (a waiter of its own).
+	waitFor(t, func() bool { return h.clock.Waiters() == 2 })
+	h.clock.Step(20 * time.Millisecond) // the rescan finds nothing new
+	waitFor(t, func() bool { return h.mon.Stats().Rebuilds == 2 })
 	h.machine.set(topology.CPUSet{0}, 4<<30)
-	h.src.inject("cpu", uevent.ActionOffline, 7)
-	if c := h.next(); c.Capacity[resources.CPU] != 1000 {
-		t.Errorf("cpu = %d after a read error and an event, want 1", c.Capacity[resources.CPU])
+	h.src.inject("cpu", uevent.ActionOffline, 7) // at 20ms; read after the back-off
+	h.alive()
+	if st := h.mon.Stats(); st.Uevents != 0 || st.Changes != 1 {
+		t.Fatalf("stats %+v: the reader did not back off", st)
 	}
+	h.clock.Step(80 * time.Millisecond)
+	c := h.next()
+	if c.Capacity[resources.CPU] != 1000 || !slices.Equal(c.Triggers, []Trigger{TriggerUevent}) {
+		t.Errorf("triggers %v cpu %d after a read error and an event, want uevent and 1", c.Triggers, c.Capacity[resources.CPU])
+	}
+	// Read at 100ms, sent at 20ms, long past its quiet window: rebuilt
+	// at once.
+	exactly(t, "latency", c.Latency(), 80*time.Millisecond)
 }
 
 func TestMemTotalWatchWithoutUevent(t *testing.T) {
 	h := start(t, Config{MemPoll: 5 * time.Millisecond, Resync: -1})
 	// A balloon inflates: MemTotal drops, no uevent.
 	h.machine.set(topology.CPUSet{0, 1}, 3<<30)
+	h.clock.Step(4 * time.Millisecond)
+	h.alive()
+	if h.clock.Waiters() != h.base {
+		t.Fatal("the watch acted before its interval")
+	}
+	h.clock.Step(time.Millisecond) // the poll sees the change
+	h.armed()
+	exactly(t, "quiet window after the poll", h.fire(), 20*time.Millisecond)
 	c := h.next()
 	if !hasTrigger(c, TriggerMemTotal) || c.Events != 0 {
 		t.Errorf("triggers %v events %d: want memtotal and no uevents", c.Triggers, c.Events)
@@ -331,13 +521,27 @@ func TestMemTotalWatchWithoutUevent(t *testing.T) {
 	if !hasKind(c.Changes, topology.ChangeMemTotal) {
 		t.Errorf("changes = %v, want a memtotal change", c.Changes)
 	}
+	exactly(t, "latency from the poll", c.Latency(), 20*time.Millisecond)
+	// Polls that see the same value again start nothing.
+	h.clock.Step(time.Second)
+	h.none()
 }
 
 func TestPeriodicResync(t *testing.T) {
-	h := start(t, Config{MemPoll: -1, Resync: 10 * time.Millisecond})
+	h := start(t, Config{MemPoll: -1, Resync: 10 * time.Second})
 	h.machine.set(topology.CPUSet{0}, 4<<30)
-	if c := h.next(); !hasTrigger(c, TriggerResync) {
-		t.Errorf("triggers %v, want resync", c.Triggers)
+	h.clock.Step(10*time.Second - time.Millisecond)
+	h.alive()
+	if st := h.mon.Stats(); st.Rebuilds != 1 {
+		t.Fatalf("%d rebuilds before the resync interval, want 1 (startup)", st.Rebuilds)
+	}
+	h.clock.Step(time.Millisecond)
+	c := h.next()
+	if !slices.Equal(c.Triggers, []Trigger{TriggerResync}) || c.LatencySeconds != 0 {
+		t.Errorf("triggers %v latency %v, want resync and none", c.Triggers, c.LatencySeconds)
+	}
+	if !c.Time.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("resync at %v, want %v", c.Time, t0.Add(10*time.Second))
 	}
 }
 
@@ -364,18 +568,53 @@ func TestTransientSnapshotErrorIsRetried(t *testing.T) {
 	h.machine.online = topology.CPUSet{0}
 	h.machine.mu.Unlock()
 	h.src.inject("cpu", uevent.ActionOffline, 9)
+	exactly(t, "quiet window", h.flush(), 20*time.Millisecond)
+	// Two failures, each retried after twice the previous wait.
+	for n, backoff := range []time.Duration{40 * time.Millisecond, 80 * time.Millisecond} {
+		waitFor(t, func() bool { return h.mon.Stats().RebuildErrors == uint64(n+1) })
+		h.alive()
+		exactly(t, fmt.Sprintf("back-off after failure %d", n+1), h.fire(), backoff)
+	}
 	c := h.next()
 	if !hasTrigger(c, TriggerRetry) || c.Capacity[resources.CPU] != 1000 {
 		t.Errorf("triggers %v cpu %d: want a retried rebuild that sees 1 CPU", c.Triggers, c.Capacity[resources.CPU])
 	}
+	exactly(t, "latency", c.Latency(), 140*time.Millisecond)
 	if st := h.mon.Stats(); st.RebuildErrors != 2 || st.LastRebuildErr != "" {
 		t.Errorf("stats %+v: want 2 rebuild errors, cleared after success", st)
 	}
 }
 
+func TestRetriesEndAndKeepTheModel(t *testing.T) {
+	h := start(t, Config{MemPoll: -1, Resync: -1})
+	h.machine.mu.Lock()
+	h.machine.fail = maxRetries + 1
+	h.machine.online = topology.CPUSet{0}
+	h.machine.mu.Unlock()
+	h.src.inject("cpu", uevent.ActionOffline, 9)
+	h.flush()
+	for n := 1; n <= maxRetries; n++ {
+		waitFor(t, func() bool { return h.mon.Stats().RebuildErrors == uint64(n) })
+		h.alive()
+		h.fire()
+	}
+	waitFor(t, func() bool { return h.mon.Stats().RebuildErrors == maxRetries+1 })
+	h.alive()
+	if h.clock.Waiters() != h.base {
+		t.Error("the loop set its timer again after the last retry")
+	}
+	if _, capac := h.mon.Snapshot(); capac[resources.CPU] != 2000 {
+		t.Errorf("cpu = %d after the retries ran out, want the previous model's 2", capac[resources.CPU])
+	}
+	// The next input rebuilds.
+	if r, err := h.mon.Resync(context.Background()); err != nil || !r.Changed {
+		t.Errorf("Resync = %+v, %v; want the change", r, err)
+	}
+}
+
 func TestFirstSnapshotErrorFailsRun(t *testing.T) {
 	m := &fakeMachine{fail: 1}
-	src := newFakeSource()
+	src := newFakeSource(clock.RealClock{})
 	mon := New(m, src, Config{})
 	err := mon.Run(context.Background())
 	if err == nil {
@@ -472,6 +711,7 @@ func TestCPUBatchLeavesMemoryBlocksUnread(t *testing.T) {
 	h := start(t, Config{MemPoll: -1, Resync: -1})
 	h.machine.set(topology.CPUSet{0}, 4<<30)
 	h.src.inject("cpu", uevent.ActionOffline, 1)
+	h.flush()
 	h.next()
 	h.machine.mu.Lock()
 	cpuOnly := h.machine.cpuOnly
@@ -481,11 +721,28 @@ func TestCPUBatchLeavesMemoryBlocksUnread(t *testing.T) {
 	}
 	h.machine.set(topology.CPUSet{0}, 3<<30)
 	h.src.inject("memory", uevent.ActionOffline, 2)
+	h.flush()
 	h.next()
 	h.machine.mu.Lock()
 	cpuOnly = h.machine.cpuOnly
 	h.machine.mu.Unlock()
 	if cpuOnly != 1 {
 		t.Errorf("a memory event was rebuilt without its memory blocks (%d SnapshotCPUs calls)", cpuOnly)
+	}
+}
+
+// On the real clock, the one the daemon runs on: the defaults' timers and
+// the MemTotal watch's ticker fire by themselves. Every other test in this
+// file steps a fake clock.
+func TestRealClock(t *testing.T) {
+	h := start(t, Config{MemPoll: 5 * time.Millisecond, Resync: -1, Clock: clock.RealClock{}})
+	h.machine.set(topology.CPUSet{0}, 4<<30)
+	h.src.inject("cpu", uevent.ActionOffline, 1)
+	if c := h.next(); c.Capacity[resources.CPU] != 1000 || c.LatencySeconds <= 0 {
+		t.Errorf("cpu %d latency %v, want 1 CPU with a latency", c.Capacity[resources.CPU], c.LatencySeconds)
+	}
+	h.machine.set(topology.CPUSet{0}, 3<<30)
+	if c := h.next(); !slices.Equal(c.Triggers, []Trigger{TriggerMemTotal}) {
+		t.Errorf("triggers %v, want memtotal", c.Triggers)
 	}
 }
