@@ -238,7 +238,10 @@ func (l *loop) open() *batch {
 
 // arrive records a timed input that arrived at at: it opens the batch or
 // extends it, pushing the deadline out to the end of the quiet window but
-// never past MaxWait from the batch's first input.
+// never past MaxWait from the batch's first input. The quiet window counts
+// from when the loop takes the input, not from its arrival: inputs that
+// queued up while the loop was rebuilding are one burst, not a row of
+// late batches each already past its window.
 func (l *loop) arrive(t Trigger, at time.Time) *batch {
 	b := l.open()
 	b.addTrigger(t)
@@ -251,7 +254,11 @@ func (l *loop) arrive(t Trigger, at time.Time) *batch {
 	if b.immediate {
 		return b
 	}
-	b.deadline = at.Add(l.m.cfg.Quiet)
+	quietFrom := at
+	if now := l.clock.Now(); now.After(quietFrom) {
+		quietFrom = now
+	}
+	b.deadline = quietFrom.Add(l.m.cfg.Quiet)
 	if limit := b.first.Add(l.m.cfg.MaxWait); b.deadline.After(limit) {
 		b.deadline = limit
 	}

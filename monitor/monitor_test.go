@@ -490,13 +490,16 @@ func TestUnexpectedReadErrorKeepsRunning(t *testing.T) {
 		t.Fatalf("stats %+v: the reader did not back off", st)
 	}
 	h.clock.Step(80 * time.Millisecond)
+	// Read at 100ms, sent at 20ms: its quiet window counts from when the
+	// loop took it, so events that queued meanwhile would still join it.
+	if d := h.flush(); d != 20*time.Millisecond {
+		t.Errorf("rebuilt %v after the loop took the event, want the 20ms quiet window", d)
+	}
 	c := h.next()
 	if c.Capacity[resources.CPU] != 1000 || !slices.Equal(c.Triggers, []Trigger{TriggerUevent}) {
 		t.Errorf("triggers %v cpu %d after a read error and an event, want uevent and 1", c.Triggers, c.Capacity[resources.CPU])
 	}
-	// Read at 100ms, sent at 20ms, long past its quiet window: rebuilt
-	// at once.
-	exactly(t, "latency", c.Latency(), 80*time.Millisecond)
+	exactly(t, "latency", c.Latency(), 100*time.Millisecond)
 }
 
 func TestMemTotalWatchWithoutUevent(t *testing.T) {
@@ -745,4 +748,27 @@ func TestRealClock(t *testing.T) {
 	if c := h.next(); !slices.Equal(c.Triggers, []Trigger{TriggerMemTotal}) {
 		t.Errorf("triggers %v, want memtotal", c.Triggers)
 	}
+}
+
+// TestEventsQueuedDuringARebuildAreOneBurst: uevents that arrived while the
+// loop was busy (their receive stamps long past a quiet window when the
+// loop takes them) are one batch whose quiet window counts from when the
+// loop took them, not one late batch each.
+func TestEventsQueuedDuringARebuildAreOneBurst(t *testing.T) {
+	h := start(t, Config{MemPoll: -1, Resync: -1})
+	h.machine.set(topology.CPUSet{0}, 4<<30)
+	sent := h.clock.Now()
+	for seq := uint64(1); seq <= 5; seq++ {
+		// Stamped at sent, as the reader does; the loop takes them later.
+		h.src.ch <- result{ev: uevent.Event{Action: uevent.ActionOffline, Subsystem: "cpu", Seqnum: seq, Received: sent.Add(-100 * time.Millisecond)}}
+		h.src.sent++
+	}
+	if d := h.flush(); d != 20*time.Millisecond {
+		t.Errorf("the batch fell due %v after the loop took it, want the 20ms quiet window", d)
+	}
+	c := h.next()
+	if c.Events != 5 || c.Seqnums.String() != "1-5" {
+		t.Errorf("change with %d events, seqnums %s; want all 5 in one", c.Events, c.Seqnums.String())
+	}
+	h.none()
 }
