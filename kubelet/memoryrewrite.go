@@ -7,8 +7,7 @@ import (
 	"reflect"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -154,7 +153,7 @@ func defaultMachineState(nodes []topology.Node, reserved map[int]map[string]uint
 	for _, n := range nodes {
 		var huge uint64
 		for _, hp := range n.Hugepages {
-			name := "hugepages-" + resource.NewQuantity(int64(hp.PageSize), resource.BinarySI).String()
+			name := resources.HugePagesName(int64(hp.PageSize))
 			total := hp.Count * hp.PageSize
 			t, err := memoryTable(n.ID, name, total, reserved[n.ID][name])
 			if err != nil {
