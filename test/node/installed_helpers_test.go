@@ -233,6 +233,20 @@ func kubepodsMax(t *testing.T, n *Node) int64 {
 	return v
 }
 
+// waitKubepodsMaxUntil waits until kubepods.slice's memory.max is want
+// or timeout passes, and returns the last value.
+func waitKubepodsMaxUntil(t *testing.T, n *Node, want int64, timeout time.Duration) int64 {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := kubepodsMax(t, n)
+		if got == want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // waitKubepodsMax waits until kubepods.slice's memory.max (and systemd's
 // MemoryMax) is want.
 func waitKubepodsMax(t *testing.T, n *Node, want int64, timeout time.Duration) {
