@@ -72,6 +72,10 @@ const (
 	EventCapacityInfeasible = "CapacityInfeasible"
 	// EventCapacityAccepted (Normal): a capacity is applied and stable.
 	EventCapacityAccepted = "CapacityAccepted"
+	// EventKubeletRestartFailed (Warning): the kubelet restarted to adopt
+	// a capacity failed, or did not come back Ready with it in time; it is
+	// not restarted again for that change.
+	EventKubeletRestartFailed = "KubeletRestartFailed"
 	// EvictionReason is the reason carried by evictions for lost capacity.
 	EvictionReason = "NodeCapacityExceeded"
 )

@@ -129,7 +129,7 @@ func Decide(in Input) Decision {
 		Allocatable:  alloc,
 		Physical:     p.phys,
 		Condition:    cond,
-		Actions:      p.actions(pl, next, alloc, ks.restart),
+		Actions:      p.actions(pl, next, alloc, ks),
 		Next:         next,
 		RequeueAfter: ks.requeue,
 		Ignored:      p.ev.ignored,

@@ -205,7 +205,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 func statesEqual(a, b State) bool {
 	norm := func(s State) string {
 		s.Condition.LastTransitionTime = s.Condition.LastTransitionTime.UTC()
-		s.ChangedAt, s.RestartAt = s.ChangedAt.UTC(), s.RestartAt.UTC()
+		s.ChangedAt, s.RestartAt, s.RestartFailedAt = s.ChangedAt.UTC(), s.RestartAt.UTC(), s.RestartFailedAt.UTC()
 		if len(s.Applied) == 0 {
 			s.Applied = nil
 		}

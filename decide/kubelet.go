@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
@@ -57,13 +58,71 @@ type Kubelet struct {
 	RestartAllowed bool `json:"restartAllowed,omitempty"`
 	// RestartBlocked says why RestartAllowed is false.
 	RestartBlocked string `json:"restartBlocked,omitempty"`
+	// Report is the actuator's word on the restart Decide asked for at
+	// State.RestartAt; a report about another restart is ignored.
+	Report RestartReport `json:"report,omitzero"`
 }
+
+// RestartReport is how a kubelet restart ended, as its actuator saw it. It
+// is a plain value.
+type RestartReport struct {
+	// At is the State.RestartAt of the restart the report is about.
+	At time.Time `json:"at,omitzero"`
+	// Failed says why the restart failed (the systemd job's result, a
+	// checkpoint that could not be made safe, the bus); empty when systemd
+	// started the kubelet again.
+	Failed string `json:"failed,omitempty"`
+}
+
+// KubeletView is what the daemon knows of the running kubelet, gathered
+// from systemd, the Node's status writes and the pod-resources API. It is
+// the plain value the gathering part hands to the agent and the agent
+// shows; safe for concurrent reads.
+type KubeletView struct {
+	// Unit is the kubelet's systemd unit, with its ActiveState and
+	// SubState, its main PID and when that process started; UnitError says
+	// why systemd could not be asked (empty when it answered).
+	Unit        string    `json:"unit"`
+	LoadState   string    `json:"loadState,omitempty"`
+	ActiveState string    `json:"activeState,omitempty"`
+	SubState    string    `json:"subState,omitempty"`
+	MainPID     uint32    `json:"mainPID,omitempty"`
+	Started     time.Time `json:"started,omitzero"`
+	UnitError   string    `json:"unitError,omitempty"`
+	// Capacity is the capacity the running kubelet believes the machine
+	// has, per resource where known; Sources says, per resource, where
+	// that was learnt.
+	Capacity resources.List    `json:"capacity,omitempty"`
+	Sources  map[string]string `json:"sources,omitempty"`
+	// Ready is the Node's Ready condition as the running kubelet wrote it:
+	// false until that process has written status once.
+	Ready bool `json:"ready"`
+	// Stale is true when Capacity differs from the machine as it is now;
+	// StaleSince is then the id of the model change the kubelet has not
+	// seen (0: one from before this daemon started).
+	Stale      bool   `json:"stale"`
+	StaleSince uint64 `json:"staleSince,omitempty"`
+	// PodResourcesCPUs are the CPUs the kubelet's pod-resources API says it
+	// may allocate, PodResourcesError why it could not be asked.
+	PodResourcesCPUs  []int  `json:"podResourcesCPUs,omitempty"`
+	PodResourcesError string `json:"podResourcesError,omitempty"`
+	// ObservedAt is when the view last changed.
+	ObservedAt time.Time `json:"observedAt,omitzero"`
+}
+
+// UnitActive reports whether systemd says the unit is active.
+func (v KubeletView) UnitActive() bool { return v.ActiveState == "active" }
+
+// Known reports whether anything is known of the kubelet: its unit is
+// loaded, or its capacity view is known.
+func (v KubeletView) Known() bool { return v.LoadState == "loaded" || len(v.Capacity) > 0 }
 
 // kubeletOutcome is the kubelet restart sub-step's verdict.
 type kubeletOutcome struct {
 	waiting string // non-empty: not Accepted yet, for this reason
 	note    string // Accepted, with this remark
 	restart bool
+	failed  string // non-empty: the restart just failed (a KubeletRestartFailed event)
 	requeue time.Duration
 }
 
@@ -72,7 +131,10 @@ type kubeletOutcome struct {
 // at start, so a restart helps only when the target is the physical capacity;
 // a restart is asked for after the change has settled, at most once per
 // RestartInterval, and a restarted kubelet must come back Ready with the
-// target before the change is Accepted.
+// target before the change is Accepted. A restart that fails (its actuator
+// says so, or the kubelet is not back Ready with the target within
+// RestartTimeout) is reported once and not tried again until the target
+// changes: there is no restart loop.
 func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List, next *State) kubeletOutcome {
 	k := in.Kubelet
 	if !k.Known {
@@ -80,32 +142,52 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 		return kubeletOutcome{}
 	}
 	const waiting = "restarting the kubelet so that it adopts it; waiting for the Node to come back Ready with it"
-	now := in.Now
-	last := in.Previous.RestartAt
-	pending := in.Previous.RestartPending && !now.Before(last) && now.Sub(last) < pol.RestartTimeout
-	if kubeletMatches(k.Capacity, target, jitter) {
-		if pending && !k.Ready {
-			return kubeletOutcome{waiting: waiting, requeue: pol.RestartTimeout - now.Sub(last)}
-		}
+	now, prev := in.Now, in.Previous
+	last := prev.RestartAt
+	matches := kubeletMatches(k.Capacity, target, jitter)
+	agrees := func() kubeletOutcome {
 		next.RestartPending = false
+		next.RestartFailed, next.RestartFailedAt = "", time.Time{}
 		return kubeletOutcome{}
 	}
+	if prev.RestartPending {
+		// A restart is outstanding: it ends when the kubelet is back Ready
+		// with the target, when its actuator says it failed, or at the
+		// timeout.
+		switch {
+		case matches && k.Ready:
+			return agrees()
+		case k.Report.At.Equal(last) && k.Report.Failed != "":
+			return restartFailed(next, now, "the kubelet restart failed: "+k.Report.Failed)
+		case !now.Before(last) && now.Sub(last) < pol.RestartTimeout:
+			return kubeletOutcome{waiting: waiting, requeue: pol.RestartTimeout - now.Sub(last)}
+		case matches:
+			return restartFailed(next, now, fmt.Sprintf("the kubelet did not come back Ready within %s of its restart", pol.RestartTimeout))
+		default:
+			return restartFailed(next, now, fmt.Sprintf("the kubelet did not come back with the target within %s of its restart (its view: %s)",
+				pol.RestartTimeout, viewOf(k.Capacity, target)))
+		}
+	}
+	if matches && (k.Ready || prev.RestartFailed == "") {
+		return agrees()
+	}
+	if prev.RestartFailed != "" && !next.ChangedAt.After(prev.RestartFailedAt) {
+		// No restart loop: a failed restart is not tried again until the
+		// target changes.
+		return kubeletOutcome{waiting: restartFailedMessage(prev.RestartFailed)}
+	}
+	next.RestartFailed, next.RestartFailedAt = "", time.Time{}
 	if !sameOn(target, phys, jitter) {
-		next.RestartPending = false
 		return kubeletOutcome{note: "the kubelet is not restarted: the target is below the physical capacity, which a restarted kubelet would publish; node-resized keeps Node status at the target"}
 	}
 	if !k.RestartAllowed {
-		next.RestartPending = false
 		why := k.RestartBlocked
 		if why == "" {
 			why = "not allowed"
 		}
-		return kubeletOutcome{note: "the kubelet still runs with its start-up capacity; restart " + why}
+		return kubeletOutcome{note: fmt.Sprintf("the kubelet still runs with its start-up capacity (%s); it needs a restart to adopt the target, which is not done: %s",
+			viewOf(k.Capacity, target), why)}
 	}
-	if pending {
-		return kubeletOutcome{waiting: waiting, requeue: pol.RestartTimeout - now.Sub(last)}
-	}
-	next.RestartPending = false
 	wait := pol.SettleDelay - now.Sub(next.ChangedAt)
 	if !last.IsZero() {
 		if w := pol.RestartInterval - now.Sub(last); w > wait {
@@ -118,6 +200,36 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 	next.RestartAt = now
 	next.RestartPending = true
 	return kubeletOutcome{waiting: waiting, restart: true, requeue: pol.RestartTimeout}
+}
+
+// restartFailed records a failed restart in next: it is not retried until
+// the target changes after now.
+func restartFailed(next *State, now time.Time, why string) kubeletOutcome {
+	next.RestartPending = false
+	next.RestartFailed, next.RestartFailedAt = why, now
+	return kubeletOutcome{waiting: restartFailedMessage(why), failed: why}
+}
+
+// restartFailedMessage is the condition's word on a failed restart: what
+// happened and what an operator does about it.
+func restartFailedMessage(why string) string {
+	return why + "; node-resized does not restart it again for this change: " +
+		"see journalctl -u kubelet (a CPU or memory manager checkpoint, the kubelet's configuration), fix the cause, " +
+		"then restart the kubelet (systemctl restart kubelet)"
+}
+
+// viewOf renders the kubelet's view of the target's resources.
+func viewOf(view, target resources.List) string {
+	out := resources.List{}
+	for name := range target {
+		if v, ok := view[name]; ok && managed(name) {
+			out[name] = v
+		}
+	}
+	if len(out) == 0 {
+		return "unknown"
+	}
+	return out.String()
 }
 
 // kubeletMatches reports whether the kubelet's own view equals the target on

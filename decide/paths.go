@@ -116,7 +116,7 @@ func (p pass) nextState(pl plan) State {
 // actions lists what carries the pass out, in the order the paths
 // prescribe. Each action gets its own copies, so that no two values of the
 // decision share a map.
-func (p pass) actions(pl plan, next State, alloc resources.List, restart bool) []Action {
+func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutcome) []Action {
 	gen, desired, cond, prevCond := next.Generation, pl.desired, next.Condition, p.prev.Condition
 	limits := func() CgroupLimits {
 		return KubepodsLimits(withPID(desired, p.in.Physical.Capacity[resources.PID]), p.in.Reservations)
@@ -151,7 +151,10 @@ func (p pass) actions(pl plan, next State, alloc resources.List, restart bool) [
 	case cond.Reason == ReasonAccepted && (prevCond.Reason != ReasonAccepted || pl.changed()):
 		acts = append(acts, EmitEvent{Type: EventNormal, Reason: EventCapacityAccepted, Message: cond.Message})
 	}
-	if restart {
+	if ks.failed != "" {
+		acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventKubeletRestartFailed, Message: cond.Message})
+	}
+	if ks.restart {
 		acts = append(acts, RestartKubelet{Generation: gen, Capacity: desired.Clone()})
 	}
 	return acts

@@ -285,21 +285,32 @@ func TestKubeletRestart(t *testing.T) {
 	d = n.step(func(in *Input) { in.Now = t0.Add(30*time.Second + DefaultRestartInterval) })
 	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
 
-	// The kubelet never comes back with the target: after the timeout the
-	// condition says so and the next restart waits for the rate limit.
+	// The kubelet never comes back with the target: after the timeout a
+	// Warning event, a condition that says what to do, and no restart loop.
 	d = n.step(func(in *Input) { in.Now = in.Now.Add(DefaultRestartTimeout) })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
-	if d.RequeueAfter != DefaultRestartInterval-DefaultRestartTimeout {
-		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindEmitEvent)
+	if e, _ := find[EmitEvent](d.Actions); e.Reason != EventKubeletRestartFailed || e.Type != EventWarning ||
+		!strings.Contains(e.Message, "did not come back with the target") || !strings.Contains(e.Message, "systemctl restart kubelet") {
+		t.Fatalf("event %+v", e)
 	}
+	if d.RequeueAfter != 0 {
+		t.Fatalf("RequeueAfter %v after a failed restart", d.RequeueAfter)
+	}
+	d = n.step(func(in *Input) { in.Now = in.Now.Add(10 * DefaultRestartInterval) })
+	n.expect(d, ReasonInProgress)
+	// An operator restarts the kubelet: it comes back with the target.
+	d = n.step(func(in *Input) { in.Kubelet.Capacity = resources.List{"cpu": 6000, "memory": 16 * Gi} })
+	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
-	// Restarts not allowed (e.g. the unit is inactive): Accepted, with a note.
+	// Restarts not allowed (e.g. the unit is inactive): Accepted, with a
+	// note that a restart is needed.
 	d = n.step(func(in *Input) {
+		in.Physical = in.Physical.with(resources.CPU, 8000)
 		in.Kubelet.RestartAllowed = false
 		in.Kubelet.RestartBlocked = "kubelet.service is inactive"
 	})
-	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
-	if !strings.Contains(d.Condition.Message, "kubelet.service is inactive") {
+	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	if !strings.Contains(d.Condition.Message, "kubelet.service is inactive") || !strings.Contains(d.Condition.Message, "needs a restart") {
 		t.Fatalf("message %q", d.Condition.Message)
 	}
 }

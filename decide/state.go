@@ -99,6 +99,11 @@ type State struct {
 	// Policy.RestartTimeout passes).
 	RestartAt      time.Time `json:"restartAt,omitempty"`
 	RestartPending bool      `json:"restartPending,omitempty"`
+	// RestartFailed says why the restart asked for at RestartAt failed,
+	// and RestartFailedAt when that was found; no restart is asked for
+	// again until Applied changes after it.
+	RestartFailed   string    `json:"restartFailed,omitempty"`
+	RestartFailedAt time.Time `json:"restartFailedAt,omitzero"`
 }
 
 func (s State) clone() State {

@@ -1,0 +1,184 @@
+package decide
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/node-resized/node-resized/resources"
+)
+
+// restarted brings a node to the pass that restarts its kubelet: 4 CPUs
+// grow to 8, the kubelet still sees 4, the change settles. It returns the
+// node and the time of the restart.
+func restarted(t *testing.T) (*node, time.Time) {
+	t.Helper()
+	n := newNode(t, machine(4, 16*Gi), Configured{})
+	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 4000, "memory": 16 * Gi}}
+	n.step(nil)
+	n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 8000) })
+	at := t0.Add(DefaultSettleDelay)
+	d := n.step(func(in *Input) { in.Now = at })
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	return n, at
+}
+
+// TestKubeletRestartOutcomes: how an outstanding restart ends, and that a
+// failed one is reported once and not tried again until the target
+// changes.
+func TestKubeletRestartOutcomes(t *testing.T) {
+	type step struct {
+		after   time.Duration // since the restart
+		mut     func(in *Input, at time.Time)
+		reason  Reason
+		actions []ActionKind
+		message string // a part of the condition's message
+	}
+	back := func(in *Input, _ time.Time) {
+		in.Kubelet.Capacity = resources.List{"cpu": 8000, "memory": 16 * Gi}
+		in.Kubelet.Ready = true
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{{
+		name: "back Ready with the target",
+		steps: []step{
+			{after: 5 * time.Second, mut: func(in *Input, _ time.Time) { in.Kubelet.Ready = false }, reason: ReasonInProgress},
+			{after: 20 * time.Second, mut: back, reason: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
+		},
+	}, {
+		name: "job failed: one event, no second restart",
+		steps: []step{
+			{after: 2 * time.Second, mut: func(in *Input, at time.Time) {
+				in.Kubelet.Ready = false
+				in.Kubelet.Report = RestartReport{At: at, Failed: "systemd job result failed"}
+			}, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "the kubelet restart failed: systemd job result failed"},
+			{after: time.Hour, reason: ReasonInProgress, message: "does not restart it again"},
+			// A new change lifts the hold: the next restart waits for the
+			// change to settle.
+			{after: time.Hour + time.Second, mut: func(in *Input, _ time.Time) { in.Physical = in.Physical.with(resources.CPU, 10000) },
+				reason: ReasonInProgress, actions: []ActionKind{KindGrowCgroups, KindPatchNodeStatus}, message: "waiting before restarting"},
+			{after: time.Hour + time.Second + DefaultSettleDelay, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindRestartKubelet}},
+		},
+	}, {
+		name: "a report about another restart is ignored",
+		steps: []step{
+			{after: 2 * time.Second, mut: func(in *Input, at time.Time) {
+				in.Kubelet.Report = RestartReport{At: at.Add(-time.Hour), Failed: "old"}
+			}, reason: ReasonInProgress},
+			{after: 10 * time.Second, mut: back, reason: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
+		},
+	}, {
+		name: "back with the target but never Ready",
+		steps: []step{
+			{after: 10 * time.Second, mut: func(in *Input, _ time.Time) {
+				back(in, time.Time{})
+				in.Kubelet.Ready = false
+			}, reason: ReasonInProgress},
+			{after: DefaultRestartTimeout, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "did not come back Ready within"},
+			{after: 3 * DefaultRestartTimeout, reason: ReasonInProgress},
+			// Ready at last: Accepted.
+			{after: 4 * DefaultRestartTimeout, mut: func(in *Input, _ time.Time) { in.Kubelet.Ready = true },
+				reason: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
+		},
+	}, {
+		name: "restarts turned off after the restart: the failure still holds",
+		steps: []step{
+			{after: DefaultRestartTimeout, mut: func(in *Input, _ time.Time) {
+				in.Kubelet.RestartAllowed, in.Kubelet.RestartBlocked = false, "turned off (--kubelet-restart=never)"
+			}, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "did not come back with the target"},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, at := restarted(t)
+			for i, s := range tc.steps {
+				d := n.step(func(in *Input) {
+					in.Now = at.Add(s.after)
+					if s.mut != nil {
+						s.mut(in, at)
+					}
+				})
+				if d.Condition.Reason != s.reason || !equalKinds(kinds(d.Actions), s.actions) || !strings.Contains(d.Condition.Message, s.message) {
+					t.Fatalf("step %d: %s %v (%s), want %s %v with %q", i, d.Condition.Reason, kinds(d.Actions), d.Condition.Message, s.reason, s.actions, s.message)
+				}
+				if e, ok := find[EmitEvent](d.Actions); ok && d.Condition.Reason == ReasonInProgress &&
+					(e.Reason != EventKubeletRestartFailed || e.Type != EventWarning || !strings.Contains(e.Message, "systemctl restart kubelet")) {
+					t.Fatalf("step %d: event %+v", i, e)
+				}
+			}
+		})
+	}
+}
+
+// TestKubeletNotRestarted: what keeps Decide from asking for a restart.
+func TestKubeletNotRestarted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		kubelet Kubelet
+		spec    Configured
+		message string
+	}{
+		{"restarts turned off", Kubelet{Known: true, Ready: true, RestartBlocked: "turned off (--kubelet-restart=never)"}, Configured{},
+			"needs a restart to adopt the target, which is not done: turned off (--kubelet-restart=never)"},
+		{"checkpoint cannot be made safe", Kubelet{Known: true, Ready: true, RestartBlocked: "reserved CPUs 0 are not all online"}, Configured{},
+			"reserved CPUs 0 are not all online"},
+		{"target below the hardware", Kubelet{Known: true, Ready: true, RestartAllowed: true}, spec("cpu", "6"),
+			"target is below the physical capacity"},
+		{"nothing known of the kubelet", Kubelet{RestartAllowed: true}, Configured{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, machine(4, 16*Gi), tc.spec)
+			n.in.Kubelet = tc.kubelet
+			n.in.Kubelet.Capacity = resources.List{"cpu": 4000, "memory": 16 * Gi}
+			if !tc.kubelet.Known {
+				n.in.Kubelet.Capacity = nil
+			}
+			n.step(nil)
+			n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 8000) })
+			for _, after := range []time.Duration{DefaultSettleDelay, time.Hour} {
+				d := n.step(func(in *Input) { in.Now = t0.Add(after) })
+				if hasKind(d.Actions, KindRestartKubelet) || d.Condition.Reason != ReasonAccepted || !strings.Contains(d.Condition.Message, tc.message) {
+					t.Fatalf("after %v: %s %v (%s), want Accepted without a restart, saying %q", after, d.Condition.Reason, kinds(d.Actions), d.Condition.Message, tc.message)
+				}
+			}
+		})
+	}
+}
+
+// TestKubeletNotRestartedWhileEvicting: a shrink's eviction pass runs to
+// its end before the kubelet is restarted.
+func TestKubeletNotRestartedWhileEvicting(t *testing.T) {
+	n := newNode(t, machine(8, 16*Gi), Configured{})
+	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
+	n.step(nil)
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 6000) })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	d = n.step(func(in *Input) { in.Now = t0.Add(time.Hour) })
+	n.expect(d, ReasonInProgress)
+	d = n.step(func(in *Input) {
+		in.Eviction = EvictionReport{Generation: in.Previous.Generation, Done: true}
+	})
+	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+}
+
+func equalKinds(got, want []ActionKind) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func hasKind(actions []Action, k ActionKind) bool {
+	for _, a := range actions {
+		if a.Kind() == k {
+			return true
+		}
+	}
+	return false
+}
