@@ -33,6 +33,13 @@ type NodeView struct {
 	Ready bool
 	// Condition is the CapacityConfigured condition as published, if any.
 	Condition *Condition
+	// CapacityOwners maps each status.capacity resource to the field
+	// manager that last changed its value (metadata.managedFields): a
+	// write that leaves a value as it was does not take it over.
+	CapacityOwners map[string]string
+	// StatusWrites maps each field manager that wrote the Node's status to
+	// when it last changed something there (to the second).
+	StatusWrites map[string]time.Time
 }
 
 // NodeStatus is the Node status the daemon wants published: the managed

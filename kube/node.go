@@ -20,6 +20,7 @@ type rawNode struct {
 		Name            string            `json:"name"`
 		ResourceVersion string            `json:"resourceVersion"`
 		Annotations     map[string]string `json:"annotations"`
+		ManagedFields   []managedFields   `json:"managedFields"`
 	} `json:"metadata"`
 	Spec struct {
 		ConfiguredCapacity json.RawMessage `json:"configuredCapacity"`
@@ -37,7 +38,30 @@ type rawNode struct {
 	} `json:"status"`
 }
 
+// managedFields is one entry of metadata.managedFields.
+type managedFields struct {
+	Manager     string    `json:"manager"`
+	Operation   string    `json:"operation"`
+	Subresource string    `json:"subresource"`
+	Time        time.Time `json:"time"`
+	FieldsType  string    `json:"fieldsType"`
+	FieldsV1    struct {
+		Status struct {
+			Capacity map[string]json.RawMessage `json:"f:capacity"`
+		} `json:"f:status"`
+	} `json:"fieldsV1"`
+}
+
 // ParseNode reads what the daemon needs of a Node from the Node's JSON.
+//
+// Who wrote status.capacity comes from metadata.managedFields. The API
+// server records a field under the manager whose write changed its value
+// (an Update, which is what the kubelet's and the daemon's status patches
+// are, takes over only the fields whose values it changes; a write that
+// leaves a value as it was leaves its owner too), and stamps a manager's
+// entry with the time of its last write that changed anything. So a
+// status.capacity value owned by the kubelet is the kubelet's own view,
+// written after whatever the daemon last published there.
 func ParseNode(b []byte) (decide.NodeView, error) {
 	var n rawNode
 	if err := json.Unmarshal(b, &n); err != nil {
@@ -56,6 +80,26 @@ func ParseNode(b []byte) (decide.NodeView, error) {
 	case n.Metadata.Annotations[decide.AnnotationConfiguredCapacity] != "":
 		v.Configured = parseResourceList([]byte(n.Metadata.Annotations[decide.AnnotationConfiguredCapacity]), decide.SourceAnnotation)
 		v.Source = decide.SourceAnnotation
+	}
+	for _, mf := range n.Metadata.ManagedFields {
+		if mf.Subresource == "status" {
+			if v.StatusWrites == nil {
+				v.StatusWrites = map[string]time.Time{}
+			}
+			if t := v.StatusWrites[mf.Manager]; mf.Time.After(t) {
+				v.StatusWrites[mf.Manager] = mf.Time
+			}
+		}
+		for key := range mf.FieldsV1.Status.Capacity {
+			name, ok := strings.CutPrefix(key, "f:")
+			if !ok {
+				continue
+			}
+			if v.CapacityOwners == nil {
+				v.CapacityOwners = map[string]string{}
+			}
+			v.CapacityOwners[name] = mf.Manager // the kubelet's registration (no subresource) included
+		}
 	}
 	for _, c := range n.Status.Conditions {
 		switch c.Type {

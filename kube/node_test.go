@@ -5,6 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/managedfields/managedfieldstest"
+
 	"github.com/node-resized/node-resized/resources"
 
 	"github.com/node-resized/node-resized/decide"
@@ -105,5 +110,68 @@ func TestResourceListMatchesKubeletForms(t *testing.T) {
 	}
 	if got := (resources.List{"cpu": 3500}).Strings(); got["cpu"] != "3500m" {
 		t.Errorf("cpu 3500m rendered %q", got["cpu"])
+	}
+}
+
+// TestCapacityOwners runs the API server's own field manager
+// (k8s.io/apimachinery's managedfields, as the status subresource uses it)
+// over the status writes of a kubelet and of the daemon: the manager of a
+// capacity value is the last writer that changed it, a write that keeps a
+// value leaves its owner alone, and a manager's time moves only when its
+// write changed something.
+func TestCapacityOwners(t *testing.T) {
+	fm := managedfieldstest.NewTestFieldManagerSubresource(managedfields.NewDeducedTypeConverter(),
+		schema.GroupVersionKind{Version: "v1", Kind: "Node"}, "status")
+	write := func(manager string, capacity map[string]any, heartbeat string) decide.NodeView {
+		t.Helper()
+		obj := fm.Live().(*unstructured.Unstructured).DeepCopy()
+		obj.SetName("n")
+		if err := unstructured.SetNestedMap(obj.Object, capacity, "status", "capacity"); err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(obj.Object, heartbeat, "status", "heartbeat"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fm.Update(obj, manager); err != nil {
+			t.Fatalf("%s: %v", manager, err)
+		}
+		live := fm.Live().(*unstructured.Unstructured)
+		b, err := live.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ParseNode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	owners := func(v decide.NodeView, want map[string]string) {
+		t.Helper()
+		if !reflect.DeepEqual(v.CapacityOwners, want) {
+			t.Fatalf("capacity owners %v, want %v", v.CapacityOwners, want)
+		}
+	}
+	// The kubelet writes its boot-time view.
+	v := write("kubelet", map[string]any{"cpu": "4", "memory": "16Gi"}, "1")
+	owners(v, map[string]string{"cpu": "kubelet", "memory": "kubelet"})
+	if v.StatusWrites["kubelet"].IsZero() {
+		t.Fatalf("status writes %v", v.StatusWrites)
+	}
+	// The daemon publishes 8 CPUs: it owns cpu, the kubelet keeps memory.
+	v = write("node-resized", map[string]any{"cpu": "8", "memory": "16Gi"}, "1")
+	owners(v, map[string]string{"cpu": "node-resized", "memory": "kubelet"})
+	// A kubelet that agrees (its status write leaves cpu at 8 and changes
+	// only its heartbeat) takes nothing over.
+	v = write("kubelet", map[string]any{"cpu": "8", "memory": "16Gi"}, "2")
+	owners(v, map[string]string{"cpu": "node-resized", "memory": "kubelet"})
+	// A stale kubelet reverts cpu to its view: it owns it again.
+	v = write("kubelet", map[string]any{"cpu": "4", "memory": "16Gi"}, "2")
+	owners(v, map[string]string{"cpu": "kubelet", "memory": "kubelet"})
+	// A write that changes nothing leaves the writer's time alone.
+	before := v.StatusWrites["node-resized"]
+	v = write("node-resized", map[string]any{"cpu": "4", "memory": "16Gi"}, "2")
+	if !v.StatusWrites["node-resized"].Equal(before) {
+		t.Fatalf("a write that changed nothing moved its time from %v to %v", before, v.StatusWrites["node-resized"])
 	}
 }
