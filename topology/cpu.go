@@ -35,6 +35,27 @@ type CPU struct {
 // readCPUs reads the CPU lists and the cpuN directories. cpu/online is
 // required; the other lists are optional.
 func (fs FS) readCPUs(r *reader) (CPUs, error) {
+	c, err := fs.readCPULists(r)
+	if err != nil {
+		return CPUs{}, err
+	}
+	var devices CPUSet
+	err = r.scan(r.at(fs.cpuDir, -1, ""), func(name []byte) {
+		if id, ok := numberedName(name, "cpu"); ok && id <= MaxCPUID {
+			devices = append(devices, id)
+		}
+	})
+	if err != nil {
+		return CPUs{}, err
+	}
+	slices.Sort(devices)
+	c.Devices = devices
+	return c, nil
+}
+
+// readCPULists reads cpu/online, offline, present and possible; Devices
+// is left nil.
+func (fs FS) readCPULists(r *reader) (CPUs, error) {
 	var c CPUs
 	lists := [...]struct {
 		name     string
@@ -64,17 +85,6 @@ func (fs FS) readCPUs(r *reader) (CPUs, error) {
 		}
 		*l.set = set
 	}
-	var devices CPUSet
-	err := r.scan(r.at(fs.cpuDir, -1, ""), func(name []byte) {
-		if id, ok := numberedName(name, "cpu"); ok && id <= MaxCPUID {
-			devices = append(devices, id)
-		}
-	})
-	if err != nil {
-		return CPUs{}, err
-	}
-	slices.Sort(devices)
-	c.Devices = devices
 	return c, nil
 }
 

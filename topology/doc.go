@@ -5,8 +5,12 @@
 // computes it through cAdvisor.
 //
 // Its one job is to read the truth from the filesystem. It never takes
-// anything from a uevent: a caller that hears about a hotplug event calls
-// [FS.Snapshot] again and compares the result with [Diff].
+// anything from a uevent but the name of the object to look at: a caller
+// that hears about hotplug events passes the devices they name to
+// [FS.Update], which re-reads those objects and the totals capacity
+// depends on, and reads the whole machine ([FS.Snapshot]) whenever what it
+// finds does not square with the previous model. [Diff] names what
+// changed between two snapshots.
 //
 // An [FS] is rooted at a sysfs and a procfs mount point, so the same code
 // reads /sys and /proc on a node and synthetic trees in tests. Reads skip

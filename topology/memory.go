@@ -74,21 +74,12 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 	blocks := make([]MemoryBlock, 0, len(ids))
 	li := 0
 	for _, id := range ids {
-		blk := MemoryBlock{ID: id, Node: -1}
-
-		b, ok, err := r.readOptional(d, r.at("memory", id, "/state"))
+		blk, ok, err := readBlock(r, d, id)
 		if err != nil {
 			return 0, nil, err
 		}
 		if !ok {
 			continue // the block was removed under us
-		}
-		blk.State = internWord(trimSpace(b))
-
-		if b, ok, err = r.readOptional(d, r.at("memory", id, "/valid_zones")); err != nil {
-			return 0, nil, err
-		} else if ok {
-			blk.Zone = internWord(firstWord(b))
 		}
 
 		for li < len(links) && links[li].block < id {
@@ -105,6 +96,32 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 		blocks = append(blocks, blk)
 	}
 	return blockSize, blocks, nil
+}
+
+// readBlock reads the state and zone of block id (mem is
+// devices/system/memory); Node is left -1. ok is false when the block has
+// no state file: it is gone.
+func readBlock(r *reader, mem dir, id int) (blk MemoryBlock, ok bool, err error) {
+	blk = MemoryBlock{ID: id, Node: -1}
+	b, ok, err := r.readOptional(mem, r.at("memory", id, "/state"))
+	if err != nil || !ok {
+		return MemoryBlock{}, false, err
+	}
+	blk.State = internWord(trimSpace(b))
+	if blk.Zone, err = readZone(r, mem, id); err != nil {
+		return MemoryBlock{}, false, err
+	}
+	return blk, true, nil
+}
+
+// readZone reads the first word of block id's valid_zones, "" when the
+// file is missing.
+func readZone(r *reader, mem dir, id int) (string, error) {
+	b, ok, err := r.readOptional(mem, r.at("memory", id, "/valid_zones"))
+	if err != nil || !ok {
+		return "", err
+	}
+	return internWord(firstWord(b)), nil
 }
 
 // blockNode finds the nodeN link in memoryM, -1 if there is none.

@@ -95,20 +95,11 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 			}
 		}
 
-		p := r.at("node", id, "/meminfo")
-		if b, ok, err := r.readOptional(d, p); err != nil {
-			return nil, nil, err
-		} else if ok {
-			if n.MemTotal, err = parseNodeMemTotal(b); err != nil {
-				return nil, nil, fmt.Errorf("parse %s: %w", d.join(p), err)
-			}
-		}
-
-		if n.Hugepages, err = r.readHugepages(d, "node", id, "/hugepages"); err != nil {
+		if err := readNodeMemory(r, d, &n); err != nil {
 			return nil, nil, err
 		}
 
-		p = r.at("node", id, "/distance")
+		p := r.at("node", id, "/distance")
 		if b, ok, err := r.readOptional(d, p); err != nil {
 			return nil, nil, err
 		} else if ok {
@@ -120,6 +111,23 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	}
 	slices.SortFunc(links, func(a, b blockLink) int { return a.block - b.block })
 	return nodes, links, nil
+}
+
+// readNodeMemory reads n's MemTotal from nodeN/meminfo and its hugepage
+// pools (nodes is devices/system/node).
+func readNodeMemory(r *reader, nodes dir, n *Node) error {
+	n.MemTotal = 0
+	p := r.at("node", n.ID, "/meminfo")
+	if b, ok, err := r.readOptional(nodes, p); err != nil {
+		return err
+	} else if ok {
+		if n.MemTotal, err = parseNodeMemTotal(b); err != nil {
+			return fmt.Errorf("parse %s: %w", nodes.join(p), err)
+		}
+	}
+	var err error
+	n.Hugepages, err = r.readHugepages(nodes, "node", n.ID, "/hugepages")
+	return err
 }
 
 // parseDistances parses nodeN/distance, space-separated decimals.

@@ -183,3 +183,22 @@ func statfsCapacity(path string) (uint64, error) {
 		return uint64(st.Frsize) * st.Blocks, nil
 	}
 }
+
+// exists reports whether path, relative to d, names an entry; a symlink
+// counts as itself, as it does in a directory scan.
+func (r *reader) exists(d dir, path []byte) (bool, error) {
+	var st unix.Stat_t
+	for {
+		err := unix.Fstatat(d.fd, string(path), &st, unix.AT_SYMLINK_NOFOLLOW)
+		switch err {
+		case nil:
+			return true, nil
+		case unix.EINTR:
+			continue
+		case unix.ENOENT, unix.ENOTDIR:
+			return false, nil
+		default:
+			return false, fmt.Errorf("stat %s: %w", d.join(path), err)
+		}
+	}
+}

@@ -74,3 +74,14 @@ func readHead(pathZ string, buf []byte) (int, error) {
 func statfsCapacity(path string) (uint64, error) {
 	return 0, errors.ErrUnsupported
 }
+
+func (r *reader) exists(d dir, rel []byte) (bool, error) {
+	path := d.join(rel)
+	if _, err := os.Lstat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return true, nil
+}

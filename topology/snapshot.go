@@ -83,23 +83,34 @@ func (fs FS) snapshot(prev *Snapshot) (*Snapshot, error) {
 	} else if s.MemoryBlockSize, s.MemoryBlocks, err = fs.readMemory(r, links, len(s.Nodes) > 0); err != nil {
 		return nil, err
 	}
+	if err := fs.readTotals(r, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readTotals reads what no device owns: /proc/meminfo's MemTotal and
+// SwapTotal, the node-wide hugepage pools, pid_max and the kubelet root
+// filesystem's size.
+func (fs FS) readTotals(r *reader, s *Snapshot) error {
 	b, err := r.read(r.at(fs.meminfo, -1, ""))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if s.MemTotal, s.SwapTotal, err = parseMeminfo(b); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", fs.meminfo, err)
+		return fmt.Errorf("parse %s: %w", fs.meminfo, err)
 	}
 	if s.Hugepages, err = r.readHugepages(cwd, fs.hugeDir, -1, ""); err != nil {
-		return nil, err
+		return err
 	}
 	if s.PIDMax, err = fs.pidMax(r); err != nil {
-		return nil, err
+		return err
 	}
+	s.EphemeralStorage, s.EphemeralStorageError = 0, ""
 	if s.EphemeralStorage, err = fs.ephemeralStorage(); err != nil {
 		// A disk that cannot be measured is unknown, not gone: the
 		// consumers keep their last good value.
 		s.EphemeralStorage, s.EphemeralStorageError = 0, err.Error()
 	}
-	return s, nil
+	return nil
 }

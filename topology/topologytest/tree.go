@@ -201,6 +201,144 @@ func (t *Tree) RemoveBlocks(first, n int) {
 	}
 }
 
+// AddCPU hot-adds CPU c (its ID, Core and Socket; it arrives offline) to
+// node (-1 for none), as an ACPI CPU hot-add does: the cpuN directory
+// appears whole, then the nodeN/cpuN link; cpu/present and cpu/offline,
+// and the node's cpulist, cpumap and node/has_cpu follow. The id must be
+// possible and not present. Bring it online with SetCPUOnline.
+func (t *Tree) AddCPU(c CPU, node int) {
+	t.tb.Helper()
+	for _, o := range t.m.CPUs {
+		if o.ID == c.ID {
+			t.tb.Fatalf("topologytest: cpu%d exists", c.ID)
+		}
+	}
+	if t.m.Possible == nil {
+		t.m.Possible = t.m.present()
+	}
+	if !slices.Contains(t.m.Possible, c.ID) {
+		t.tb.Fatalf("topologytest: cpu%d is not possible", c.ID)
+	}
+	ni := -1
+	if node >= 0 && t.m.Nodes != nil {
+		ni = t.node(node)
+	}
+	c.Online, c.NoTopology = false, false
+	cpuDir := filepath.Join(t.Sys, cpuPath)
+	staged := t.stageDir()
+	t.m.writeCPU(t.plain(), staged, c)
+	t.moveIn(staged, fmt.Sprintf("%s/cpu%d", cpuDir, c.ID))
+	t.m.CPUs = append(t.m.CPUs, c)
+	w := t.writer()
+	if ni >= 0 {
+		n := &t.m.Nodes[ni]
+		dir := fmt.Sprintf("%s/node%d", filepath.Join(t.Sys, nodePath), node)
+		w.link(fmt.Sprintf("../../cpu/cpu%d", c.ID), fmt.Sprintf("%s/cpu%d", dir, c.ID))
+		n.CPUs = append(n.CPUs, c.ID)
+		t.m.writeNodeCPUs(w, dir, *n, t.m.maskWords())
+		t.m.writeNodeLists(w, filepath.Join(t.Sys, nodePath))
+	}
+	t.m.writeCPULists(w, cpuDir)
+}
+
+// RemoveCPU hot-removes CPU id, as an ACPI CPU hot-remove does: the
+// nodeN/cpuN link goes, then the cpuN directory, whole; the lists follow
+// as for AddCPU. The kernel removes only an offline CPU; so does RemoveCPU.
+func (t *Tree) RemoveCPU(id int) {
+	t.tb.Helper()
+	i := t.cpu(id)
+	if t.m.CPUs[i].Online {
+		t.tb.Fatalf("topologytest: cpu%d is online; only an offline CPU can be removed", id)
+	}
+	if t.m.Possible == nil {
+		t.m.Possible = t.m.present()
+	}
+	w := t.writer()
+	nodeDir := filepath.Join(t.Sys, nodePath)
+	for ni := range t.m.Nodes {
+		n := &t.m.Nodes[ni]
+		if k := slices.Index(n.CPUs, id); k >= 0 {
+			dir := fmt.Sprintf("%s/node%d", nodeDir, n.ID)
+			if err := os.Remove(fmt.Sprintf("%s/cpu%d", dir, id)); err != nil {
+				t.tb.Fatal(err)
+			}
+			n.CPUs = slices.Delete(n.CPUs, k, k+1)
+			t.m.writeNodeCPUs(w, dir, *n, t.m.maskWords())
+			t.m.writeNodeLists(w, nodeDir)
+		}
+	}
+	t.moveOut(fmt.Sprintf("%s/cpu%d", filepath.Join(t.Sys, cpuPath), id))
+	t.m.CPUs = slices.Delete(t.m.CPUs, i, i+1)
+	t.m.writeCPULists(w, filepath.Join(t.Sys, cpuPath))
+}
+
+// AddNode adds NUMA node id without CPUs or memory blocks (a CXL memory
+// expander coming up), with nodeN/meminfo showing kb: its directory
+// appears whole, node/online and the other lists follow. The id must be
+// above every node's. When the nodes have distances, every node's distance
+// file gains the new node (at 20; 10 to itself).
+func (t *Tree) AddNode(id int, kb uint64) {
+	t.tb.Helper()
+	if t.m.Nodes == nil {
+		t.tb.Fatalf("topologytest: the machine has no node directories")
+	}
+	for _, n := range t.m.Nodes {
+		if n.ID >= id {
+			t.tb.Fatalf("topologytest: node%d: the new node's id must be above node%d's", id, n.ID)
+		}
+	}
+	n := Node{ID: id, MemKB: kb}
+	withDistances := len(t.m.Nodes) > 0 && t.m.Nodes[0].Distances != nil
+	if withDistances {
+		for range t.m.Nodes {
+			n.Distances = append(n.Distances, 20)
+		}
+		n.Distances = append(n.Distances, 10)
+	}
+	nodeDir := filepath.Join(t.Sys, nodePath)
+	staged := t.stageDir()
+	t.m.writeNode(t.plain(), staged, n, t.m.maskWords())
+	t.moveIn(staged, fmt.Sprintf("%s/node%d", nodeDir, id))
+	w := t.writer()
+	if withDistances {
+		for i := range t.m.Nodes {
+			o := &t.m.Nodes[i]
+			o.Distances = append(o.Distances, 20)
+			writeDistances(w, fmt.Sprintf("%s/node%d", nodeDir, o.ID), *o)
+		}
+	}
+	t.m.Nodes = append(t.m.Nodes, n)
+	t.m.writeNodeLists(w, nodeDir)
+}
+
+// RemoveNode removes NUMA node id, which must have no CPUs and no memory
+// blocks left: its directory goes whole, the lists and the other nodes'
+// distance files follow.
+func (t *Tree) RemoveNode(id int) {
+	t.tb.Helper()
+	i := t.node(id)
+	if len(t.m.Nodes[i].CPUs) > 0 {
+		t.tb.Fatalf("topologytest: node%d has CPUs", id)
+	}
+	for _, b := range t.m.Blocks {
+		if b.Node == id {
+			t.tb.Fatalf("topologytest: node%d has memory%d", id, b.ID)
+		}
+	}
+	nodeDir := filepath.Join(t.Sys, nodePath)
+	t.moveOut(fmt.Sprintf("%s/node%d", nodeDir, id))
+	t.m.Nodes = slices.Delete(t.m.Nodes, i, i+1)
+	w := t.writer()
+	for k := range t.m.Nodes {
+		o := &t.m.Nodes[k]
+		if o.Distances != nil && i < len(o.Distances) {
+			o.Distances = slices.Delete(o.Distances, i, i+1)
+			writeDistances(w, fmt.Sprintf("%s/node%d", nodeDir, o.ID), *o)
+		}
+	}
+	t.m.writeNodeLists(w, nodeDir)
+}
+
 // SetMemTotalKB sets the MemTotal line of /proc/meminfo to kb; the other
 // lines stay as they are.
 func (t *Tree) SetMemTotalKB(kb uint64) {

@@ -164,6 +164,14 @@ func TestTreeChangesMatchWrite(t *testing.T) {
 				{"MemTotal", func() { tree.SetMemTotalKB(8100000 - 131072) }},
 				{"node0 MemTotal", func() { tree.SetNodeMemTotalKB(0, 4000000-131072) }},
 				{"node1 without memory", func() { tree.SetNodeMemTotalKB(1, 0) }},
+				{"cpu9 added to node1", func() { tree.AddCPU(CPU{ID: 9, Core: 4, Socket: 1}, 1) }},
+				{"cpu9 online", func() { tree.SetCPUOnline(9, true) }},
+				{"cpu3 offline", func() { tree.SetCPUOnline(3, false) }},
+				{"cpu3 removed", func() { tree.RemoveCPU(3) }},
+				{"node2 added", func() { tree.AddNode(2, 1<<20) }},
+				{"blocks 72-73 added to node2", func() { tree.AddBlocks(72, 2, 2, BlockOffline, "Movable") }},
+				{"blocks 72-73 removed", func() { tree.RemoveBlocks(72, 2) }},
+				{"node2 removed", func() { tree.RemoveNode(2) }},
 			} {
 				step.change()
 				check(step.name)
@@ -321,6 +329,11 @@ func TestTreeRefusesImpossibleChanges(t *testing.T) {
 		{"bad state", func() { tree.SetBlockState(0, "on") }, `state "on"`},
 		{"cpu0", func() { tree.SetCPUOnline(0, false) }, "cpu0 has no online file"},
 		{"missing cpu", func() { tree.SetCPUOnline(9, true) }, "no cpu9"},
+		{"add a present cpu", func() { tree.AddCPU(CPU{ID: 2}, 0) }, "cpu2 exists"},
+		{"add an impossible cpu", func() { tree.AddCPU(CPU{ID: 16}, 0) }, "not possible"},
+		{"remove an online cpu", func() { tree.RemoveCPU(1) }, "cpu1 is online"},
+		{"remove a node with cpus", func() { tree.RemoveNode(0) }, "node0 has CPUs"},
+		{"add a node below another", func() { tree.AddNode(1, 0) }, "must be above"},
 	} {
 		if got := fails(tb, c.change); !strings.Contains(got, c.want) {
 			t.Errorf("%s: stopped with %q, want %q", c.name, got, c.want)

@@ -109,14 +109,7 @@ func (m Machine) Write(tb testing.TB, root string) (sys, proc string) {
 	w.mkdir(cpuDir + "/cpuidle")
 	w.mkdir(cpuDir + "/vulnerabilities")
 	for _, c := range m.CPUs {
-		dir := fmt.Sprintf("%s/cpu%d", cpuDir, c.ID)
-		w.mkdir(dir)
-		w.extraDir(dir + "/power")
-		w.extra(dir+"/uevent", "DRIVER=processor\n")
-		if c.ID != 0 {
-			w.file(dir+"/online", onlineFlag(c.Online))
-		}
-		m.writeCPUTopology(w, dir, c)
+		m.writeCPU(w, fmt.Sprintf("%s/cpu%d", cpuDir, c.ID), c)
 	}
 
 	// NUMA nodes.
@@ -127,40 +120,7 @@ func (m Machine) Write(tb testing.TB, root string) (sys, proc string) {
 		w.mkdir(nodeDir + "/power")
 		words := m.maskWords()
 		for _, n := range m.Nodes {
-			dir := fmt.Sprintf("%s/node%d", nodeDir, n.ID)
-			w.mkdir(dir + "/power")
-			w.file(dir+"/uevent", "")
-			w.file(dir+"/cpulist", formatList(n.CPUs)+"\n")
-			w.file(dir+"/cpumap", cpuMask(n.CPUs, words)+"\n")
-			w.file(dir+"/compact", "")
-			w.file(dir+"/numastat", "numa_hit 0\n")
-			for _, c := range n.CPUs {
-				w.link(fmt.Sprintf("../../cpu/cpu%d", c), fmt.Sprintf("%s/cpu%d", dir, c))
-			}
-			for _, b := range m.Blocks {
-				if b.Node == n.ID {
-					w.link(blockFromNode(b.ID), fmt.Sprintf("%s/memory%d", dir, b.ID))
-				}
-			}
-			if !n.NoMeminfo {
-				w.file(dir+"/meminfo", nodeMeminfo(n))
-			}
-			if n.Distances != nil {
-				d := make([]string, len(n.Distances))
-				for i, v := range n.Distances {
-					d[i] = fmt.Sprint(v)
-				}
-				w.file(dir+"/distance", strings.Join(d, " ")+"\n")
-			}
-			if n.Pools != nil {
-				w.mkdir(dir + "/hugepages")
-				for _, p := range n.Pools {
-					pd := fmt.Sprintf("%s/hugepages/hugepages-%dkB", dir, p.KB)
-					w.file(pd+"/nr_hugepages", fmt.Sprintf("%d\n", p.Nr))
-					w.file(pd+"/free_hugepages", fmt.Sprintf("%d\n", p.Nr))
-					w.file(pd+"/surplus_hugepages", "0\n")
-				}
-			}
+			m.writeNode(w, fmt.Sprintf("%s/node%d", nodeDir, n.ID), n, words)
 		}
 	}
 
@@ -445,4 +405,68 @@ func procMeminfo(m Machine) string {
 	line("DirectMap4k", 176000)
 	line("DirectMap2M", 8000000)
 	return b.String()
+}
+
+// writeCPU writes the cpuN directory of c into dir.
+func (m *Machine) writeCPU(w *writer, dir string, c CPU) {
+	w.tb.Helper()
+	w.mkdir(dir)
+	w.extraDir(dir + "/power")
+	w.extra(dir+"/uevent", "DRIVER=processor\n")
+	if c.ID != 0 {
+		w.file(dir+"/online", onlineFlag(c.Online))
+	}
+	m.writeCPUTopology(w, dir, c)
+}
+
+// writeNode writes the nodeN directory of n into dir, with its cpuM and
+// memoryK links; words is the cpumask width.
+func (m *Machine) writeNode(w *writer, dir string, n Node, words int) {
+	w.tb.Helper()
+	w.mkdir(dir + "/power")
+	w.file(dir+"/uevent", "")
+	m.writeNodeCPUs(w, dir, n, words)
+	w.file(dir+"/compact", "")
+	w.file(dir+"/numastat", "numa_hit 0\n")
+	for _, c := range n.CPUs {
+		w.link(fmt.Sprintf("../../cpu/cpu%d", c), fmt.Sprintf("%s/cpu%d", dir, c))
+	}
+	for _, b := range m.Blocks {
+		if b.Node == n.ID {
+			w.link(blockFromNode(b.ID), fmt.Sprintf("%s/memory%d", dir, b.ID))
+		}
+	}
+	if !n.NoMeminfo {
+		w.file(dir+"/meminfo", nodeMeminfo(n))
+	}
+	writeDistances(w, dir, n)
+	if n.Pools != nil {
+		w.mkdir(dir + "/hugepages")
+		for _, p := range n.Pools {
+			pd := fmt.Sprintf("%s/hugepages/hugepages-%dkB", dir, p.KB)
+			w.file(pd+"/nr_hugepages", fmt.Sprintf("%d\n", p.Nr))
+			w.file(pd+"/free_hugepages", fmt.Sprintf("%d\n", p.Nr))
+			w.file(pd+"/surplus_hugepages", "0\n")
+		}
+	}
+}
+
+// writeNodeCPUs writes nodeN/cpulist and cpumap.
+func (m *Machine) writeNodeCPUs(w *writer, dir string, n Node, words int) {
+	w.tb.Helper()
+	w.file(dir+"/cpulist", formatList(n.CPUs)+"\n")
+	w.file(dir+"/cpumap", cpuMask(n.CPUs, words)+"\n")
+}
+
+// writeDistances writes nodeN/distance, if n has distances.
+func writeDistances(w *writer, dir string, n Node) {
+	w.tb.Helper()
+	if n.Distances == nil {
+		return
+	}
+	d := make([]string, len(n.Distances))
+	for i, v := range n.Distances {
+		d[i] = fmt.Sprint(v)
+	}
+	w.file(dir+"/distance", strings.Join(d, " ")+"\n")
 }
