@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/node-resized/node-resized/topology"
 )
 
 // DefaultUnit is the kubelet's systemd unit on kubeadm and most
@@ -190,20 +194,50 @@ func usecTime(v any) time.Time {
 // is lost before the result arrives (wrapping ErrBusGone), or when ctx ends
 // first; the restart may then still happen.
 func (s *Systemd) Restart(ctx context.Context, unit string) (JobResult, error) {
-	st, err := s.UnitState(ctx, unit)
-	if err != nil {
+	if err := s.requireActive(ctx, unit, "restart"); err != nil {
 		return "", err
 	}
-	if !st.Active() {
-		return "", fmt.Errorf("restart %s: %w (ActiveState %q, SubState %q)", unit, ErrUnitNotActive, st.ActiveState, st.SubState)
+	return s.job(ctx, unit, "restart", (*sddbus.Conn).RestartUnitContext)
+}
+
+// Stop stops the unit (StopUnit, mode "replace") and waits for the job's
+// result, as Restart does; it too refuses a unit that is not active.
+func (s *Systemd) Stop(ctx context.Context, unit string) (JobResult, error) {
+	if err := s.requireActive(ctx, unit, "stop"); err != nil {
+		return "", err
 	}
+	return s.job(ctx, unit, "stop", (*sddbus.Conn).StopUnitContext)
+}
+
+// Start starts the unit (StartUnit, mode "replace") and waits for the
+// job's result, as Restart does. It starts a unit in any state.
+func (s *Systemd) Start(ctx context.Context, unit string) (JobResult, error) {
+	return s.job(ctx, unit, "start", (*sddbus.Conn).StartUnitContext)
+}
+
+// requireActive returns an error wrapping ErrUnitNotActive when the unit
+// is not active.
+func (s *Systemd) requireActive(ctx context.Context, unit, what string) error {
+	st, err := s.UnitState(ctx, unit)
+	if err != nil {
+		return err
+	}
+	if !st.Active() {
+		return fmt.Errorf("%s %s: %w (ActiveState %q, SubState %q)", what, unit, ErrUnitNotActive, st.ActiveState, st.SubState)
+	}
+	return nil
+}
+
+// job queues a job with call and waits for its result.
+func (s *Systemd) job(ctx context.Context, unit, what string,
+	call func(*sddbus.Conn, context.Context, string, string, chan<- string) (int, error)) (JobResult, error) {
 	conn, err := s.connect()
 	if err != nil {
 		return "", err
 	}
 	done := make(chan string, 1)
-	if _, err := conn.RestartUnitContext(ctx, unit, "replace", done); err != nil {
-		return "", s.callError(conn, "restart "+unit, err)
+	if _, err := call(conn, ctx, unit, "replace", done); err != nil {
+		return "", s.callError(conn, what+" "+unit, err)
 	}
 	tick := time.NewTicker(s.poll)
 	defer tick.Stop()
@@ -212,10 +246,10 @@ func (s *Systemd) Restart(ctx context.Context, unit string) (JobResult, error) {
 		case r := <-done:
 			return JobResult(r), nil
 		case <-ctx.Done():
-			return "", fmt.Errorf("restart %s: waiting for the job's result: %w", unit, ctx.Err())
+			return "", fmt.Errorf("%s %s: waiting for the job's result: %w", what, unit, ctx.Err())
 		case <-tick.C:
 			if !conn.Connected() {
-				return "", fmt.Errorf("restart %s: waiting for the job's result: %w", unit, ErrBusGone)
+				return "", fmt.Errorf("%s %s: waiting for the job's result: %w", what, unit, ErrBusGone)
 			}
 		}
 	}
@@ -228,4 +262,153 @@ func (s *Systemd) callError(conn *sddbus.Conn, what string, err error) error {
 		return fmt.Errorf("%s: %w: %w", what, ErrBusGone, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// UnitControl is what Restarter needs of systemd; *Systemd satisfies it.
+type UnitControl interface {
+	UnitState(ctx context.Context, unit string) (UnitState, error)
+	Restart(ctx context.Context, unit string) (JobResult, error)
+	Stop(ctx context.Context, unit string) (JobResult, error)
+	Start(ctx context.Context, unit string) (JobResult, error)
+}
+
+var _ UnitControl = (*Systemd)(nil)
+
+// Restarter restarts the kubelet into a changed machine, with its CPU and
+// memory manager checkpoints made safe first, so that the kubelet's static
+// policies accept them when it starts. Its fields are set before first use
+// and not changed afterwards; it is then safe for concurrent use.
+type Restarter struct {
+	// Unit is the kubelet's unit (DefaultUnit when empty) and Systemd the
+	// client that restarts it.
+	Unit    string
+	Systemd UnitControl
+	// CPUManagerCheckpoint and MemoryManagerCheckpoint are the
+	// checkpoints' paths (the defaults when empty); a missing one needs no
+	// rewrite.
+	CPUManagerCheckpoint, MemoryManagerCheckpoint string
+	// ReservedCPUs and StrictReservation are the kubelet's
+	// reservedSystemCPUs and its strict-cpu-reservation option;
+	// ReservedMemory its reservedMemory (nil: as the checkpoint has it).
+	ReservedCPUs      topology.CPUSet
+	StrictReservation bool
+	ReservedMemory    map[int]map[string]uint64
+}
+
+// NewRestarter returns a restarter for the kubelet whose configuration is
+// cfg and whose root directory is rootDir.
+func NewRestarter(sd UnitControl, unit, rootDir string, cfg *Config) (*Restarter, error) {
+	r := &Restarter{Unit: unit, Systemd: sd,
+		CPUManagerCheckpoint:    filepath.Join(rootDir, "cpu_manager_state"),
+		MemoryManagerCheckpoint: filepath.Join(rootDir, "memory_manager_state"),
+		ReservedCPUs:            topology.CPUSet(cfg.ReservedCPUs),
+	}
+	if cfg.Raw != nil {
+		r.StrictReservation = cfg.Raw.CPUManagerPolicyOptions["strict-cpu-reservation"] == "true"
+		if len(cfg.Raw.ReservedMemory) > 0 {
+			m, err := cfg.ReservedMemory()
+			if err != nil {
+				return nil, err
+			}
+			r.ReservedMemory = m
+		}
+	}
+	return r, nil
+}
+
+func (r *Restarter) unit() string {
+	if r.Unit == "" {
+		return DefaultUnit
+	}
+	return r.Unit
+}
+
+// checkpointPlans are the rewrites of both checkpoints for one machine;
+// nil where a checkpoint is missing.
+type checkpointPlans struct {
+	cpu *CPUManagerPlan
+	mem *MemoryManagerPlan
+}
+
+func (p checkpointPlans) changed() bool {
+	return (p.cpu != nil && p.cpu.Changed) || (p.mem != nil && p.mem.Changed)
+}
+
+// plan plans both checkpoints for snap.
+func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
+	var p checkpointPlans
+	var err error
+	p.cpu, err = PlanCPUManagerCheckpoint(r.CPUManagerCheckpoint, CPUTarget{
+		Online: snap.CPUs.Online, Reserved: r.ReservedCPUs, StrictReservation: r.StrictReservation})
+	if errors.Is(err, fs.ErrNotExist) {
+		p.cpu, err = nil, nil
+	}
+	if err != nil {
+		return checkpointPlans{}, err
+	}
+	p.mem, err = PlanMemoryManagerCheckpoint(r.MemoryManagerCheckpoint, snap.Nodes, r.ReservedMemory)
+	if errors.Is(err, fs.ErrNotExist) {
+		p.mem, err = nil, nil
+	}
+	if err != nil {
+		return checkpointPlans{}, err
+	}
+	return p, nil
+}
+
+// Check reports whether the kubelet may be restarted into the machine
+// snap: nil when both checkpoints can be made safe (or need nothing), an
+// error otherwise; one that wraps ErrCheckpointInfeasible says what an
+// operator must do first. It only reads.
+func (r *Restarter) Check(snap *topology.Snapshot) error {
+	_, err := r.plan(snap)
+	return err
+}
+
+// Restart restarts the kubelet into the machine snap and waits for the
+// result. When a checkpoint must be rewritten the order is stop, rewrite
+// (planned again on the files the stopped kubelet left), start, so that
+// no running kubelet writes the old state over the new one; otherwise one
+// restart job. The unit must be active. When the rewrite fails after the
+// stop, the kubelet is started anyway, as it was, and the error returned.
+func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (JobResult, error) {
+	unit := r.unit()
+	p, err := r.plan(snap)
+	if err != nil {
+		return "", fmt.Errorf("restart %s: %w", unit, err)
+	}
+	if !p.changed() {
+		return r.Systemd.Restart(ctx, unit)
+	}
+	res, err := r.Systemd.Stop(ctx, unit)
+	if err != nil {
+		return "", err
+	}
+	if res != JobDone {
+		return res, fmt.Errorf("stop %s before rewriting its checkpoints: job %s", unit, res)
+	}
+	if err := r.rewrite(snap); err != nil {
+		res, serr := r.Systemd.Start(ctx, unit)
+		return res, errors.Join(fmt.Errorf("restart %s: %w; started it with its checkpoints as they were", unit, err), serr)
+	}
+	return r.Systemd.Start(ctx, unit)
+}
+
+// rewrite plans both checkpoints again and applies the plans.
+func (r *Restarter) rewrite(snap *topology.Snapshot) error {
+	p, err := r.plan(snap)
+	if err != nil {
+		return err
+	}
+	if p.cpu != nil {
+		if err := p.cpu.Apply(); err != nil {
+			return err
+		}
+	}
+	if p.mem != nil {
+		if err := p.mem.Apply(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

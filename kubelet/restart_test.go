@@ -2,11 +2,14 @@ package kubelet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,8 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/prop"
+
+	"github.com/node-resized/node-resized/topology"
 )
 
 // These tests run go-systemd's client over a real bus: a dbus-daemon
@@ -80,6 +85,7 @@ type fakeSystemd struct {
 	mu       sync.Mutex // guards the fields below
 	result   string     // the JobRemoved result; "" sends none
 	restarts []string   // the mode of each RestartUnit call
+	jobs     []string   // each job: "restart", "stop" or "start"
 	called   chan struct{}
 }
 
@@ -135,19 +141,62 @@ func (f *fakeSystemd) RestartUnit(name, mode string) (godbus.ObjectPath, *godbus
 	}
 	f.mu.Lock()
 	f.restarts = append(f.restarts, mode)
-	id := uint32(len(f.restarts))
+	f.mu.Unlock()
+	return f.queue(name, "restart")
+}
+
+// StopUnit stops the unit: when the job is done it is inactive, with no
+// main process.
+func (f *fakeSystemd) StopUnit(name, mode string) (godbus.ObjectPath, *godbus.Error) {
+	if name != f.unit {
+		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not loaded."})
+	}
+	return f.queue(name, "stop")
+}
+
+// StartUnit starts the unit: when the job is done it is active with a
+// new main process.
+func (f *fakeSystemd) StartUnit(name, mode string) (godbus.ObjectPath, *godbus.Error) {
+	if name != f.unit {
+		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not found."})
+	}
+	return f.queue(name, "start")
+}
+
+// queue records a job and, when a result is set, announces its end with
+// JobRemoved as systemd does, after changing the unit's state as the job
+// would.
+func (f *fakeSystemd) queue(name, kind string) (godbus.ObjectPath, *godbus.Error) {
+	f.mu.Lock()
+	f.jobs = append(f.jobs, kind)
+	id := uint32(len(f.jobs))
 	result := f.result
 	f.mu.Unlock()
 	job := godbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id))
 	if result == "done" {
-		f.props.SetMust("org.freedesktop.systemd1.Service", "MainPID", uint32(200))
-		f.props.SetMust("org.freedesktop.systemd1.Service", "ExecMainStartTimestamp", uint64(time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC).UnixMicro()))
+		switch kind {
+		case "stop":
+			f.props.SetMust("org.freedesktop.systemd1.Unit", "ActiveState", "inactive")
+			f.props.SetMust("org.freedesktop.systemd1.Unit", "SubState", "dead")
+			f.props.SetMust("org.freedesktop.systemd1.Service", "MainPID", uint32(0))
+		default:
+			f.props.SetMust("org.freedesktop.systemd1.Unit", "ActiveState", "active")
+			f.props.SetMust("org.freedesktop.systemd1.Unit", "SubState", "running")
+			f.props.SetMust("org.freedesktop.systemd1.Service", "MainPID", uint32(200))
+			f.props.SetMust("org.freedesktop.systemd1.Service", "ExecMainStartTimestamp", uint64(time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC).UnixMicro()))
+		}
 	}
 	f.called <- struct{}{}
 	if result != "" {
 		go f.conn.Emit(sdPath, sdManager+".JobRemoved", id, job, name, result)
 	}
 	return job, nil
+}
+
+func (f *fakeSystemd) jobKinds() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.jobs...)
 }
 
 // GetUnit and LoadUnit return the unit's object path, as systemd does.
@@ -298,5 +347,127 @@ func TestRestartContextEnds(t *testing.T) {
 	defer cancel()
 	if _, err := s.Restart(ctx, DefaultUnit); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Restart with a job that never ends: %v, want DeadlineExceeded", err)
+	}
+}
+
+// TestStopStart: Stop and Start queue their jobs over the bus and return
+// the jobs' results; the unit's state follows.
+func TestStopStart(t *testing.T) {
+	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
+	f := exportSystemd(t, b.addr, DefaultUnit, "active", "done")
+	s := newTestSystemd(t, b.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := s.Stop(ctx, DefaultUnit); err != nil || res != JobDone {
+		t.Fatalf("Stop = %q, %v; want done", res, err)
+	}
+	if st, err := s.UnitState(ctx, DefaultUnit); err != nil || st.Active() || st.MainPID != 0 {
+		t.Fatalf("after Stop: %+v, %v", st, err)
+	}
+	// A stopped unit is not stopped again.
+	if _, err := s.Stop(ctx, DefaultUnit); !errors.Is(err, ErrUnitNotActive) {
+		t.Fatalf("Stop of a stopped unit: %v, want ErrUnitNotActive", err)
+	}
+	if res, err := s.Start(ctx, DefaultUnit); err != nil || res != JobDone {
+		t.Fatalf("Start = %q, %v; want done", res, err)
+	}
+	if st, err := s.UnitState(ctx, DefaultUnit); err != nil || !st.Active() || st.MainPID != 200 {
+		t.Fatalf("after Start: %+v, %v", st, err)
+	}
+	if got := f.jobKinds(); !slices.Equal(got, []string{"stop", "start"}) {
+		t.Errorf("jobs %v, want stop, start", got)
+	}
+}
+
+func TestStartFailed(t *testing.T) {
+	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
+	exportSystemd(t, b.addr, DefaultUnit, "failed", "failed")
+	s := newTestSystemd(t, b.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := s.Start(ctx, DefaultUnit); err != nil || res != JobFailed {
+		t.Fatalf("Start = %q, %v; want failed", res, err)
+	}
+}
+
+// recordingUnits is a UnitControl that records the calls and, at each,
+// what the CPU manager checkpoint held.
+type recordingUnits struct {
+	checkpoint string
+	active     bool
+	result     JobResult
+	calls      []string
+	seen       [][]byte
+}
+
+func (u *recordingUnits) UnitState(context.Context, string) (UnitState, error) {
+	if u.active {
+		return UnitState{ActiveState: "active"}, nil
+	}
+	return UnitState{ActiveState: "inactive"}, nil
+}
+
+func (u *recordingUnits) job(kind string) (JobResult, error) {
+	u.calls = append(u.calls, kind)
+	b, _ := os.ReadFile(u.checkpoint)
+	u.seen = append(u.seen, b)
+	if kind == "stop" && !u.active {
+		return "", ErrUnitNotActive
+	}
+	u.active = kind != "stop"
+	return u.result, nil
+}
+
+func (u *recordingUnits) Restart(context.Context, string) (JobResult, error) { return u.job("restart") }
+func (u *recordingUnits) Stop(context.Context, string) (JobResult, error)    { return u.job("stop") }
+func (u *recordingUnits) Start(context.Context, string) (JobResult, error)   { return u.job("start") }
+
+// TestRestarterOrder: with a checkpoint to rewrite, the kubelet is stopped,
+// the checkpoint rewritten (the old one kept beside it), then started; with
+// nothing to rewrite, one restart job; with a checkpoint no kubelet would
+// accept, no job at all.
+func TestRestarterOrder(t *testing.T) {
+	snap := func(online topology.CPUSet) *topology.Snapshot {
+		return &topology.Snapshot{CPUs: topology.CPUs{Online: online}}
+	}
+	for _, tc := range []struct {
+		name   string
+		online topology.CPUSet
+		calls  []string
+		infeas bool
+	}{
+		{name: "CPUs added", online: cpuRange(0, 15), calls: []string{"stop", "start"}},
+		{name: "unchanged", online: cpuRange(0, 12), calls: []string{"restart"}},
+		{name: "reserved CPU gone", online: cpuRange(1, 12), infeas: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := copyCheckpoint(t, "v4")
+			old, _ := os.ReadFile(path)
+			u := &recordingUnits{checkpoint: path, active: true, result: JobDone}
+			r := &Restarter{Systemd: u, CPUManagerCheckpoint: path,
+				MemoryManagerCheckpoint: filepath.Join(t.TempDir(), "absent"), ReservedCPUs: topology.CPUSet{0}}
+			checkErr := r.Check(snap(tc.online))
+			res, err := r.Restart(context.Background(), snap(tc.online))
+			if tc.infeas {
+				if !errors.Is(checkErr, ErrCheckpointInfeasible) || !errors.Is(err, ErrCheckpointInfeasible) || len(u.calls) != 0 {
+					t.Fatalf("Check %v, Restart %q %v, calls %v; want ErrCheckpointInfeasible and no job", checkErr, res, err, u.calls)
+				}
+				return
+			}
+			if checkErr != nil || err != nil || res != JobDone || !slices.Equal(u.calls, tc.calls) {
+				t.Fatalf("Check %v, Restart %q %v, calls %v; want %v", checkErr, res, err, u.calls, tc.calls)
+			}
+			now, _ := os.ReadFile(path)
+			if len(tc.calls) == 2 {
+				if !bytes.Equal(u.seen[0], old) || bytes.Equal(u.seen[1], old) || !bytes.Equal(u.seen[1], now) {
+					t.Fatal("the checkpoint was not rewritten between the stop and the start")
+				}
+				if bak, _ := os.ReadFile(path + BackupSuffix); !bytes.Equal(bak, old) {
+					t.Fatal("the previous checkpoint was not kept beside it")
+				}
+			} else if !bytes.Equal(now, old) {
+				t.Fatal("a checkpoint that needed nothing was rewritten")
+			}
+		})
 	}
 }
