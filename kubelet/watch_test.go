@@ -1,0 +1,160 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
+)
+
+type fakeUnits struct {
+	mu  sync.Mutex
+	st  UnitState
+	err error
+}
+
+func (f *fakeUnits) UnitState(context.Context, string) (UnitState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st, f.err
+}
+
+func (f *fakeUnits) set(pid uint32, started time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st = UnitState{Unit: DefaultUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: pid, MainStart: started}
+}
+
+type sink struct{ views []decide.KubeletView }
+
+func (s *sink) OnKubelet(v decide.KubeletView) { s.views = append(s.views, v) }
+
+var w0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const gi = int64(1) << 30
+
+// node is a Node whose status.capacity cpu is owned by cpuOwner; the
+// kubelet last wrote status at kw, the daemon at dw.
+func node(cpu int64, cpuOwner string, ready bool, kw, dw time.Time) decide.NodeView {
+	v := decide.NodeView{Ready: ready,
+		Capacity:       resources.List{resources.CPU: cpu * 1000, resources.Memory: 16 * gi, "pods": 110},
+		CapacityOwners: map[string]string{"cpu": cpuOwner, "memory": "kubelet", "pods": "kubelet"},
+		StatusWrites:   map[string]time.Time{}}
+	if !kw.IsZero() {
+		v.StatusWrites["kubelet"] = kw
+	}
+	if !dw.IsZero() {
+		v.StatusWrites["node-resized"] = dw
+	}
+	return v
+}
+
+func change(id uint64, at time.Time, cpus int64) monitor.Change {
+	return monitor.Change{ID: id, Time: at, Capacity: resources.List{resources.CPU: cpus * 1000, resources.Memory: 16 * gi}}
+}
+
+// TestWatcherFollowsARestart: a stale kubelet is seen from its revert of
+// the daemon's value and remembered after the daemon publishes again; a
+// restart (whoever did it) starts over from the machine; the new process
+// is Ready and its view confirmed only once it has written status.
+func TestWatcherFollowsARestart(t *testing.T) {
+	units := &fakeUnits{}
+	units.set(100, w0.Add(-time.Hour))
+	s := &sink{}
+	w := NewWatcher(WatcherOptions{Systemd: units, Sink: s, Clock: clocktesting.NewFakeClock(w0)})
+	ctx := context.Background()
+	w.OnChange(change(1, w0.Add(-time.Minute), 4), nil) // the daemon's first model
+	w.poll(ctx)
+	w.OnNode(node(4, "kubelet", true, w0.Add(-30*time.Minute), time.Time{}))
+	check := func(what string, cpu int64, stale bool, since uint64, ready bool, source string) {
+		t.Helper()
+		v := w.View()
+		if v.Capacity[resources.CPU] != cpu*1000 || v.Stale != stale || v.StaleSince != since || v.Ready != ready ||
+			!strings.Contains(v.Sources["cpu"], source) || !v.Known() {
+			t.Fatalf("%s: view cpu %d stale %v since %d ready %v source %q; want %d %v %d %v %q",
+				what, v.Capacity[resources.CPU]/1000, v.Stale, v.StaleSince, v.Ready, v.Sources["cpu"], cpu, stale, since, ready, source)
+		}
+		if last := s.views[len(s.views)-1]; last.Capacity[resources.CPU] != v.Capacity[resources.CPU] || last.Stale != v.Stale {
+			t.Fatalf("%s: the sink last got %+v", what, last)
+		}
+	}
+	check("agreeing", 4, false, 0, true, "as the kubelet wrote it")
+
+	// 4 CPUs more; the daemon publishes 8; the kubelet reverts to 4.
+	w.OnChange(change(2, w0, 8), nil)
+	check("after the change", 4, true, 2, true, "as the kubelet wrote it")
+	w.OnNode(node(8, "node-resized", true, w0.Add(-30*time.Minute), w0.Add(time.Second)))
+	w.OnNode(node(4, "kubelet", true, w0.Add(10*time.Second), w0.Add(time.Second)))
+	check("reverted", 4, true, 2, true, "as the kubelet wrote it")
+	// The daemon publishes again: the kubelet's view is remembered.
+	w.OnNode(node(8, "node-resized", true, w0.Add(10*time.Second), w0.Add(10*time.Second)))
+	check("republished", 4, true, 2, true, "as the kubelet wrote it")
+
+	// Someone restarts the kubelet: it read the machine at its start, but
+	// the Node is not Ready for it until it writes status.
+	units.set(200, w0.Add(20*time.Second+300*time.Millisecond))
+	w.poll(ctx)
+	check("restarted", 8, false, 0, false, "after the machine's last change")
+	w.OnNode(node(8, "node-resized", true, w0.Add(21*time.Second), w0.Add(10*time.Second)))
+	check("its first status write", 8, false, 0, true, "kept by the kubelet's status write")
+
+	// A kubelet that restarted before the change (and reverts) is stale.
+	units.set(300, w0.Add(30*time.Second))
+	w.poll(ctx)
+	w.OnChange(change(3, w0.Add(40*time.Second), 6), nil)
+	check("a change after the restart", 8, true, 3, false, "after the machine's last change")
+}
+
+// TestWatcherSources: the pod-resources API adds back what is reserved;
+// without systemd the Node alone says what the kubelet believes.
+func TestWatcherSources(t *testing.T) {
+	t.Run("pod-resources", func(t *testing.T) {
+		units := &fakeUnits{}
+		units.set(100, w0.Add(-time.Hour))
+		w := NewWatcher(WatcherOptions{Systemd: units, ReservedCPUs: []int{0},
+			ReservedMemory: map[int]map[string]uint64{0: {"memory": 512 << 20}},
+			PodResources: func(context.Context) (Allocatable, error) {
+				return Allocatable{CPUs: []int{1, 2, 3}, Memory: map[int]map[string]uint64{
+					0: {"memory": 8<<30 - 512<<20 - 1<<30, "hugepages-1Gi": 1 << 30}, 1: {"memory": 8 << 30}}}, nil
+			}})
+		w.OnChange(change(1, w0.Add(-time.Minute), 8), nil)
+		w.poll(context.Background())
+		v := w.View()
+		if v.Capacity[resources.CPU] != 4000 || v.Capacity[resources.Memory] != 16*gi || v.Capacity["hugepages-1Gi"] != gi ||
+			!v.Stale || v.StaleSince != 1 || !strings.Contains(v.Sources["memory"], "pod-resources") || len(v.PodResourcesCPUs) != 3 {
+			t.Fatalf("view %+v", v)
+		}
+	})
+	t.Run("no systemd", func(t *testing.T) {
+		units := &fakeUnits{err: errors.New("no bus")}
+		w := NewWatcher(WatcherOptions{Systemd: units})
+		w.OnChange(change(1, w0, 8), nil)
+		w.poll(context.Background())
+		if v := w.View(); v.Known() || v.UnitError == "" {
+			t.Fatalf("nothing known yet: %+v", v)
+		}
+		w.OnNode(node(4, "kubelet", true, w0.Add(-time.Hour), time.Time{}))
+		if v := w.View(); v.Capacity[resources.CPU] != 4000 || !v.Ready || !v.Stale || !v.Known() {
+			t.Fatalf("view %+v", v)
+		}
+	})
+	t.Run("another writer is not the kubelet", func(t *testing.T) {
+		w := NewWatcher(WatcherOptions{})
+		w.OnChange(change(1, w0, 8), nil)
+		v := node(4, "node-resized-stand-in-kubelet", true, time.Time{}, time.Time{})
+		v.CapacityOwners["memory"] = "node-resized-stand-in-kubelet"
+		v.StatusWrites["node-resized-stand-in-kubelet"] = w0
+		w.OnNode(v)
+		if v := w.View(); v.Known() {
+			t.Fatalf("a writer that is not the kubelet's field manager made a view: %+v", v)
+		}
+	})
+}
