@@ -102,6 +102,44 @@ func BenchmarkRebuildCPUs1024(b *testing.B) {
 	}
 }
 
+// BenchmarkUpdate1024 is the incremental update after one uevent on the
+// same machine: a CPU's, and a memory block's. The tree does not change
+// between iterations, so the event is a stale one; the update reads the
+// same files as for a real change (the named object, the totals, the
+// block's node) and must not fall back to a full rebuild.
+func BenchmarkUpdate1024(b *testing.B) {
+	sys, proc := shared1024(b)
+	fsys, err := NewFS(sys, proc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prev, err := fsys.Snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dev  Device
+	}{
+		{"cpu", ParseDevPath("/devices/system/cpu/cpu517")},
+		{"memory", ParseDevPath("/devices/system/memory/memory2271")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			devs := []Device{c.dev}
+			b.ReportAllocs()
+			for b.Loop() {
+				s, full, err := fsys.Update(prev, devs)
+				if err != nil || full != "" {
+					b.Fatalf("Update: %q, %v", full, err)
+				}
+				if c := capacityOf(s); c.CPU != 1008 {
+					b.Fatalf("cpu %d", c.CPU)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkCAdvisor1024 is what cAdvisor does for the kubelet's capacity on
 // the same tree: GetNodesInfo, GetHugePagesInfo and the memory capacity.
 // "adapter" goes through rootSysFs (no cache information); "realsysfs" is
@@ -159,6 +197,45 @@ func BenchmarkRebuildReal(b *testing.B) {
 			b.Fatal(err)
 		}
 		s.Capacity()
+	}
+}
+
+// BenchmarkUpdateReal is the incremental update after a cpu1 event and
+// after a memory block event on this machine.
+func BenchmarkUpdateReal(b *testing.B) {
+	fsys, err := NewFS("/sys", "/proc")
+	if err != nil {
+		b.Skip(err)
+	}
+	prev, err := fsys.Snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(prev.MemoryBlocks) == 0 || len(prev.CPUs.Devices) < 2 {
+		b.Skip("no memory blocks or a single CPU")
+	}
+	for _, c := range []struct {
+		name string
+		dev  Device
+	}{
+		{"cpu", Device{DeviceCPU, prev.CPUs.Devices[1]}},
+		{"memory", Device{DeviceMemory, prev.MemoryBlocks[len(prev.MemoryBlocks)-1].ID}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			devs := []Device{c.dev}
+			b.ReportAllocs()
+			for b.Loop() {
+				s, full, err := fsys.Update(prev, devs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if full != "" {
+					// The machine moved (a test hot-plugging cpu1):
+					// start again from the new model.
+					prev = s
+				}
+			}
+		})
 	}
 }
 

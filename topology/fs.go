@@ -14,7 +14,10 @@ import (
 // directory. Make one with [NewFS]; the zero FS reads nothing.
 //
 // An FS is an immutable value: it is safe for concurrent use, and each
-// method call reads the files afresh.
+// method call reads the files afresh. On Linux it keeps the memory blocks'
+// attribute files open between rebuilds, to read them again with one
+// syscall each (see attrCache); the files close once no copy of the FS
+// is reachable.
 type FS struct {
 	sys  string // sysfs root, e.g. /sys
 	proc string // procfs root, e.g. /proc
@@ -27,6 +30,10 @@ type FS struct {
 	// trailing NUL for the allocation-free MemTotal).
 	cpuDir, nodeDir, memDir, hugeDir string
 	meminfo, meminfoZ                string
+
+	// cache keeps the memory blocks' attribute files open between
+	// rebuilds; shared by the copies of the FS (see attrCache).
+	cache *attrCache
 }
 
 // NewFS returns an FS rooted at sysRoot (normally /sys) and procRoot
@@ -65,6 +72,7 @@ func NewFS(sysRoot, procRoot string) (FS, error) {
 	if _, err := readHead(f.meminfoZ, buf[:]); err != nil {
 		return FS{}, fmt.Errorf("procfs root %s: read %s: %w", procRoot, f.meminfo, err)
 	}
+	f.cache = newAttrCache(f.memDir)
 	return f, nil
 }
 

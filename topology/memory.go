@@ -103,7 +103,7 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 // no state file: it is gone.
 func readBlock(r *reader, mem dir, id int) (blk MemoryBlock, ok bool, err error) {
 	blk = MemoryBlock{ID: id, Node: -1}
-	b, ok, err := r.readOptional(mem, r.at("memory", id, "/state"))
+	b, ok, err := r.readAttr(mem, id, attrState)
 	if err != nil || !ok {
 		return MemoryBlock{}, false, err
 	}
@@ -117,7 +117,7 @@ func readBlock(r *reader, mem dir, id int) (blk MemoryBlock, ok bool, err error)
 // readZone reads the first word of block id's valid_zones, "" when the
 // file is missing.
 func readZone(r *reader, mem dir, id int) (string, error) {
-	b, ok, err := r.readOptional(mem, r.at("memory", id, "/valid_zones"))
+	b, ok, err := r.readAttr(mem, id, attrZones)
 	if err != nil || !ok {
 		return "", err
 	}

@@ -38,6 +38,11 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 		return nil, nil, err
 	}
 	defer d.close()
+	cpuDir, err := openDir(fs.cpuDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cpuDir.close()
 	var ids []int
 	err = r.scanIn(d, r.at(".", -1, ""), func(name []byte) {
 		if id, ok := numberedName(name, "node"); ok {
@@ -86,7 +91,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 			if !online.Contains(c) {
 				continue
 			}
-			cpu, ok, err := readNodeCPU(r, d, id, c)
+			cpu, ok, err := readCPU(r, cpuDir, c)
 			if err != nil {
 				return nil, nil, err
 			}

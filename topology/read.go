@@ -20,6 +20,26 @@ type reader struct {
 	path []byte // scratch path; a NUL is appended while a syscall needs it
 	buf  []byte // contents of the last file read
 	dent []byte // directory entry scratch
+
+	// files are the attribute files kept open between rebuilds, while
+	// this reader's rebuild holds them; nil: read every file by path.
+	files *attrFiles
+}
+
+// The attributes read through attrFiles, and their paths (prefix+id+suffix)
+// from devices/system/memory and devices/system/cpu.
+const (
+	attrState   = iota // memoryN/state
+	attrZones          // memoryN/valid_zones
+	attrCore           // cpuN/topology/core_id
+	attrPackage        // cpuN/topology/physical_package_id
+)
+
+var attrPaths = [...][2]string{
+	attrState:   {"memory", "/state"},
+	attrZones:   {"memory", "/valid_zones"},
+	attrCore:    {"cpu", "/topology/core_id"},
+	attrPackage: {"cpu", "/topology/physical_package_id"},
 }
 
 var readerPool = sync.Pool{
@@ -54,8 +74,27 @@ func (r *reader) read(path []byte) ([]byte, error) { return r.readIn(cwd, path) 
 // scan lists the directory at path; see scanIn.
 func (r *reader) scan(path []byte, fn func(name []byte)) error { return r.scanIn(cwd, path, fn) }
 
-func getReader() *reader  { return readerPool.Get().(*reader) }
-func putReader(r *reader) { readerPool.Put(r) }
+func getReader() *reader { return readerPool.Get().(*reader) }
+
+func putReader(r *reader) {
+	r.files = nil
+	readerPool.Put(r)
+}
+
+// useFiles lends the FS's open attribute files to r for one rebuild, if
+// no other rebuild holds them; the returned func gives them back.
+func (r *reader) useFiles(c *attrCache) (release func()) {
+	t := c.acquire()
+	if t == nil {
+		return func() {}
+	}
+	r.files = t
+	t.newScan()
+	return func() {
+		r.files = nil
+		c.release(t)
+	}
+}
 
 // at builds the path a+id+b in the scratch path buffer (id < 0 is left
 // out) and returns it. The result is valid until the next call.

@@ -68,6 +68,7 @@ func (fs FS) snapshot(prev *Snapshot) (*Snapshot, error) {
 	}
 	r := getReader()
 	defer putReader(r)
+	defer r.useFiles(fs.cache)()
 
 	s := &Snapshot{}
 	var err error
@@ -85,6 +86,9 @@ func (fs FS) snapshot(prev *Snapshot) (*Snapshot, error) {
 	}
 	if err := fs.readTotals(r, s); err != nil {
 		return nil, err
+	}
+	if prev == nil && r.files != nil {
+		r.files.endScan() // everything was read: close what was not
 	}
 	return s, nil
 }

@@ -194,7 +194,7 @@ func TestSnapshotBadFiles(t *testing.T) {
 	for _, c := range []struct{ file, content string }{
 		{"sys/devices/system/cpu/online", "0-x\n"},
 		{"sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: lots kB\n"},
-		{"sys/devices/system/node/node0/cpu1/topology/core_id", "one\n"},
+		{"sys/devices/system/cpu/cpu1/topology/core_id", "one\n"},
 		{"sys/devices/system/memory/block_size_bytes", "zz\n"},
 		{"sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "-1\n"},
 		{"proc/meminfo", "MemFree: 1 kB\n"},

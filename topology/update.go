@@ -137,6 +137,7 @@ func (fs FS) update(prev *Snapshot, devs []Device) (*Snapshot, string, error) {
 
 	r := getReader()
 	defer putReader(r)
+	defer r.useFiles(fs.cache)()
 	s := &Snapshot{MemoryBlockSize: prev.MemoryBlockSize}
 
 	// CPU lists: every CPU that moved must have been named.

@@ -250,7 +250,8 @@ func cloneSnapshot(s *Snapshot) *Snapshot {
 // changes, the incremental update of the previous incremental model is
 // exactly the full rebuild (reflect.DeepEqual, nil and empty slices
 // told apart), it falls back only where it must, and it never modifies
-// the snapshot it started from.
+// the snapshot it started from. The full rebuild of an FS that keeps its
+// attribute files open between rebuilds is checked the same way.
 func TestUpdateMatchesSnapshot(t *testing.T) {
 	noNodes := scenarios()[3].fix // no node directories
 	if noNodes.Nodes != nil {
@@ -307,9 +308,19 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: Update: %v", desc, err)
 					}
-					want, err := fsys.Snapshot()
+					// The reference is a full rebuild by an FS made
+					// afresh, which has no file open from before; the
+					// long-lived FS's own full rebuild must agree too.
+					fresh, err := NewFS(tree.Sys, tree.Proc)
 					if err != nil {
 						t.Fatal(err)
+					}
+					want, err := fresh.Snapshot()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if again, err := fsys.Snapshot(); err != nil || !reflect.DeepEqual(again, want) {
+						t.Fatalf("%s: the full rebuild through the open files differs from a fresh one (%v): %v", desc, err, Diff(want, again))
 					}
 					if !reflect.DeepEqual(before, prev) {
 						t.Fatalf("%s: Update modified the previous snapshot", desc)
