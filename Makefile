@@ -15,6 +15,10 @@
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
+# grpcnotrace keeps gRPC's golang.org/x/net/trace, and with it html/template,
+# out of the binaries: template's reflection stops the linker from dropping
+# unused methods, which made the daemon 20 MB larger.
+TAGS     ?= grpcnotrace
 BIN      ?= bin
 PREFIX   ?= /usr/local
 # Root may use the system socket; anyone else gets one in /tmp.
@@ -31,8 +35,8 @@ all: build
 # the tests (the race detector needs cgo) and the test module's large
 # Kubernetes builds share one build cache.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
+	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
+	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
 
 run: build
 	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
