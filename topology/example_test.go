@@ -28,6 +28,28 @@ func Example() {
 	}
 }
 
+// Follow a batch of uevents: re-read only the objects they name.
+func ExampleFS_Update() {
+	fs, err := topology.NewFS("/sys", "/proc")
+	if err != nil {
+		log.Fatal(err)
+	}
+	prev, err := fs.Snapshot()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The DEVPATHs of the batch's uevents, e.g. after "echo 0 > cpu1/online".
+	devs := []topology.Device{topology.ParseDevPath("/devices/system/cpu/cpu1")}
+	next, full, err := fs.Update(prev, devs)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if full != "" {
+		fmt.Println("read the whole machine:", full)
+	}
+	fmt.Println(topology.Diff(prev, next)) // e.g. "cpu1 offline", or "no change"
+}
+
 // Compare two snapshots after a hotplug event.
 func ExampleDiff() {
 	before := &topology.Snapshot{
