@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -39,6 +40,24 @@ type Evictor interface {
 	Start(ctx context.Context, e decide.Evict, online []int, report func(decide.EvictionReport))
 }
 
+// KubeletRestarter restarts the kubelet into a changed machine
+// (*kubelet.Restarter, through a small adapter).
+type KubeletRestarter interface {
+	// Check says why the kubelet may not be restarted into the machine
+	// snap now (a checkpoint that cannot be made safe); nil when it may.
+	// It only reads, and is called on the agent's goroutine.
+	Check(snap *topology.Snapshot) error
+	// Restart restarts it and waits for the result: "done" when systemd
+	// started it again. It is called off the agent's goroutine.
+	Restart(ctx context.Context, snap *topology.Snapshot) (result string, err error)
+}
+
+// Kubelet restart modes (Config.KubeletRestart).
+const (
+	RestartAuto  = "auto"
+	RestartNever = "never"
+)
+
 // LocalRelay stands in for the API relay in standalone mode: there is no
 // Node to patch and no API to record events in (the agent logs them).
 type LocalRelay struct{}
@@ -70,6 +89,15 @@ type Config struct {
 	// Clock is the agent's time (default the real clock): decisions are
 	// taken at its Now, and requeued passes wait on its timers.
 	Clock clock.WithTicker
+	// KubeletRestart is RestartAuto (the default) or RestartNever;
+	// Restarter carries restarts out (nil: none is, and the condition says
+	// so). KubeletUnit names the unit in messages (kubelet.service when
+	// empty). AfterRestart, when set, is called once a restart ended (to
+	// look at the kubelet again at once).
+	KubeletRestart string
+	Restarter      KubeletRestarter
+	KubeletUnit    string
+	AfterRestart   func()
 }
 
 // Status is the agent's view for the local API. It is a plain value.
@@ -82,6 +110,30 @@ type Status struct {
 	Error            string            `json:"error,omitempty"`
 	Decisions        uint64            `json:"decisions"`
 	LastDecision     time.Time         `json:"lastDecision,omitempty"`
+	// Kubelet is what is known of the running kubelet and of its
+	// restarts; nil while nothing is.
+	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
+}
+
+// KubeletStatus is the kubelet's view and the restarts' state, for the
+// local API. It is a plain value.
+type KubeletStatus struct {
+	decide.KubeletView
+	// Restart is the restart mode (auto, never); RestartBlocked why the
+	// kubelet may not be restarted now (empty when it may, or need not).
+	Restart        string `json:"restart"`
+	RestartBlocked string `json:"restartBlocked,omitempty"`
+	// Restarting is true while a restart runs; LastRestart is how the last
+	// one ended.
+	Restarting  bool           `json:"restarting,omitempty"`
+	LastRestart *RestartRecord `json:"lastRestart,omitempty"`
+}
+
+// RestartRecord is one kubelet restart the daemon did.
+type RestartRecord struct {
+	At     time.Time `json:"at"`
+	Result string    `json:"result"`
+	Error  string    `json:"error,omitempty"`
 }
 
 // Agent is safe for concurrent use; Run must be called once.
@@ -105,6 +157,11 @@ type Agent struct {
 	haveNode     bool
 	eviction     decide.EvictionReport
 	stateFileErr bool
+	kubelet      *decide.KubeletView  // nil until the first view
+	report       decide.RestartReport // of the last restart that ended
+	restarting   bool
+	lastRestart  *RestartRecord
+	restarts     sync.WaitGroup
 	// Output.
 	state  decide.State
 	status Status
@@ -120,6 +177,12 @@ func New(cfg Config, relay Relay) *Agent {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.KubeletRestart == "" {
+		cfg.KubeletRestart = RestartAuto
+	}
+	if cfg.KubeletUnit == "" {
+		cfg.KubeletUnit = "kubelet.service"
 	}
 	a := &Agent{cfg: cfg, clock: cfg.Clock, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
 	if cfg.StatePath != "" {
@@ -208,8 +271,23 @@ func (a *Agent) ReportEviction(r decide.EvictionReport) {
 	a.poke()
 }
 
-// Run decides on every input until ctx is done.
+// OnKubelet takes a new view of the running kubelet.
+func (a *Agent) OnKubelet(v decide.KubeletView) {
+	a.mu.Lock()
+	a.kubelet = &v
+	a.mu.Unlock()
+	stale := 0.0
+	if v.Stale {
+		stale = 1
+	}
+	a.m.KubeletStale.Set(stale)
+	a.poke()
+}
+
+// Run decides on every input until ctx is done, then waits for a kubelet
+// restart that is running.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.restarts.Wait()
 	var requeue clock.Timer
 	defer func() {
 		if requeue != nil {
@@ -286,6 +364,18 @@ func (a *Agent) gather() (passInput, bool) {
 	if !a.haveNode {
 		conf = configuredFromKey(a.state.Spec)
 	}
+	var k decide.Kubelet
+	if v := a.kubelet; v != nil && v.Known() {
+		k = decide.Kubelet{Known: true, Capacity: v.Capacity.Clone(), Ready: v.Ready, Report: a.report}
+		// The verdict may read the checkpoints: not under a.mu.
+		// An eviction pass runs until the evictor reports its generation done.
+		evicting := a.state.Evicting && !(a.eviction.Generation == a.state.Generation && a.eviction.Done)
+		view, restarting, snap := *v, a.restarting, a.snap
+		a.mu.Unlock()
+		k.RestartBlocked = a.restartBlocked(view, evicting, restarting, snap)
+		a.mu.Lock()
+		k.RestartAllowed = k.RestartBlocked == ""
+	}
 	return passInput{
 		in: decide.Input{
 			Physical:     *a.physical,
@@ -295,6 +385,7 @@ func (a *Agent) gather() (passInput, bool) {
 			Previous:     a.state,
 			Now:          a.clock.Now(),
 			Eviction:     a.eviction,
+			Kubelet:      k,
 			Policy:       a.cfg.Policy,
 		},
 		snap: a.snap, since: a.since, source: a.source,
@@ -318,10 +409,99 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 		case decide.Evict:
 			again = a.evict(ctx, x, p.snap) || again
 		case decide.RestartKubelet:
-			a.log.Info("kubelet restart wanted but not configured", "capacity", x.Capacity.String())
+			a.restart(ctx, x, d.Next.RestartAt, p.snap)
 		}
 	}
 	return published, again
+}
+
+// restartBlocked says why the kubelet may not be restarted now; empty when
+// it may. The checkpoints are checked only while the kubelet is stale (a
+// restart may be wanted).
+func (a *Agent) restartBlocked(v decide.KubeletView, evicting, restarting bool, snap *topology.Snapshot) string {
+	unit := a.cfg.KubeletUnit
+	why := ""
+	switch {
+	case a.cfg.KubeletRestart == RestartNever:
+		why = fmt.Sprintf("restarts are turned off (--kubelet-restart=never); restart %s to let the kubelet adopt it", unit)
+	case a.cfg.Restarter == nil:
+		why = fmt.Sprintf("node-resized cannot restart it here; restart %s to let the kubelet adopt it", unit)
+	case v.UnitError != "" && v.ActiveState == "":
+		why = fmt.Sprintf("systemd cannot be asked about %s: %s", unit, v.UnitError)
+	case !v.UnitActive():
+		why = fmt.Sprintf("%s is not active (ActiveState %q, SubState %q)", unit, v.ActiveState, v.SubState)
+	case evicting:
+		why = "an eviction pass is still running"
+	case restarting:
+		why = "a restart is still running"
+	case v.Stale && snap != nil:
+		if err := a.cfg.Restarter.Check(snap); err != nil {
+			why = "its CPU or memory manager checkpoint cannot be made safe: " + err.Error()
+		}
+	}
+	needed := 0.0
+	if why != "" && v.Stale {
+		needed = 1
+	}
+	a.m.KubeletRestartNeeded.Set(needed)
+	return why
+}
+
+// restart restarts the kubelet off the decision goroutine; its result
+// comes back as the next passes' Kubelet.Report.
+func (a *Agent) restart(ctx context.Context, x decide.RestartKubelet, at time.Time, snap *topology.Snapshot) {
+	a.mu.Lock()
+	if a.restarting || a.cfg.Restarter == nil {
+		a.mu.Unlock()
+		a.log.Warn("kubelet restart asked for while one runs or without a restarter: not started", "capacity", x.Capacity.String())
+		return
+	}
+	a.restarting = true
+	a.mu.Unlock()
+	a.log.Info("restarting the kubelet so that it adopts the capacity", "unit", a.cfg.KubeletUnit, "capacity", x.Capacity.String(), "generation", x.Generation)
+	timeout := a.cfg.Policy.RestartTimeout
+	if timeout <= 0 {
+		timeout = decide.DefaultRestartTimeout
+	}
+	a.restarts.Go(func() {
+		// A daemon stopping in the middle must not leave the kubelet
+		// stopped: the restart runs to its end, within the timeout.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		res, err := a.cfg.Restarter.Restart(rctx, snap)
+		a.restarted(at, res, err)
+	})
+}
+
+// restarted records how a restart ended and asks for a pass.
+func (a *Agent) restarted(at time.Time, res string, err error) {
+	rec := &RestartRecord{At: at, Result: res}
+	report := decide.RestartReport{At: at}
+	switch {
+	case err != nil:
+		rec.Error = err.Error()
+		if rec.Result == "" {
+			rec.Result = "error"
+		}
+		report.Failed = err.Error()
+	case res != "done":
+		report.Failed = fmt.Sprintf("systemd's job to start %s ended %q", a.cfg.KubeletUnit, res)
+	}
+	a.m.KubeletRestarts.WithLabelValues(rec.Result).Inc()
+	if report.Failed != "" {
+		a.log.Error("kubelet restart failed", "unit", a.cfg.KubeletUnit, "result", rec.Result, "err", report.Failed)
+	} else {
+		a.log.Info("kubelet restarted", "unit", a.cfg.KubeletUnit)
+	}
+	a.mu.Lock()
+	a.restarting = false
+	a.lastRestart = rec
+	a.report = report
+	a.mu.Unlock()
+	if a.cfg.AfterRestart != nil {
+		a.cfg.AfterRestart()
+	}
+	a.poke()
 }
 
 // enforce applies a cgroup action and measures the clamp's latency from
@@ -399,6 +579,10 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	}
 	if d.Err != nil {
 		a.status.Error = d.Err.Error()
+	}
+	if v := a.kubelet; v != nil {
+		a.status.Kubelet = &KubeletStatus{KubeletView: *v, Restart: a.cfg.KubeletRestart, RestartBlocked: p.in.Kubelet.RestartBlocked,
+			Restarting: a.restarting, LastRestart: a.lastRestart}
 	}
 	a.mu.Unlock()
 	if changed && a.cfg.StatePath != "" {

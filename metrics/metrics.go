@@ -61,6 +61,16 @@ type Metrics struct {
 	// AutoOnline counts hot-added devices the daemon brought online, by
 	// kind (cpu, memory_block) and result (onlined, error).
 	AutoOnline *prometheus.CounterVec
+	// KubeletStale is 1 while the running kubelet's view of the machine
+	// differs from the machine.
+	KubeletStale prometheus.Gauge
+	// KubeletRestartNeeded is 1 while the kubelet is stale and node-resized
+	// will not restart it (turned off, unit not active, checkpoints).
+	KubeletRestartNeeded prometheus.Gauge
+	// KubeletRestarts counts the kubelet restarts node-resized did, by
+	// result (systemd's job result: done, failed, timeout, …; error when
+	// the restart did not get a result).
+	KubeletRestarts *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with the Go runtime and
@@ -137,6 +147,21 @@ func New() *Metrics {
 			Name:      "auto_online_total",
 			Help:      "Hot-added devices brought online by the daemon (--auto-online), by kind and result.",
 		}, []string{"kind", "result"}),
+		KubeletStale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "kubelet_stale",
+			Help:      "1 while the running kubelet's view of the machine (its capacity) differs from the machine, 0 otherwise.",
+		}),
+		KubeletRestartNeeded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "kubelet_restart_needed",
+			Help:      "1 while the kubelet is stale and node-resized will not restart it (--kubelet-restart=never, unit not active, checkpoints that cannot be made safe): restart it yourself.",
+		}),
+		KubeletRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "kubelet_restarts_total",
+			Help:      "Kubelet restarts node-resized did so that the kubelet adopts a capacity, by result (systemd's job result, or error).",
+		}, []string{"result"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -144,6 +169,7 @@ func New() *Metrics {
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
+		m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts,
 	)
 	return m
 }
