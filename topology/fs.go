@@ -118,21 +118,29 @@ func (fs FS) ephemeralStorage() (uint64, error) {
 	}
 }
 
-// pidMax reads procfs sys/kernel/pid_max, as the kubelet does for its pid
-// capacity; 0 when the file is absent (a synthetic tree without it).
+// pidMax is the kubelet's pid capacity, as its pidlimit.Stats computes
+// it: the smaller of procfs sys/kernel/pid_max and sys/kernel/threads-max
+// (both limit the tasks on the machine); one of them alone when the other
+// is absent, 0 when both are (a synthetic tree without them).
 func (fs FS) pidMax(r *reader) (int64, error) {
-	p := filepath.Join(fs.proc, "sys/kernel/pid_max")
-	b, err := r.read(r.at(p, -1, ""))
-	if isNotExist(err) {
-		return 0, nil
+	var limit int64
+	for _, name := range [...]string{"sys/kernel/pid_max", "sys/kernel/threads-max"} {
+		p := filepath.Join(fs.proc, name)
+		b, err := r.read(r.at(p, -1, ""))
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		b = bytes.TrimSpace(b)
+		v, ok := parseUint(b, 10)
+		if !ok || v == 0 || v > 1<<31 {
+			return 0, fmt.Errorf("parse %s: %q is not a task limit", p, b)
+		}
+		if limit == 0 || int64(v) < limit {
+			limit = int64(v)
+		}
 	}
-	if err != nil {
-		return 0, err
-	}
-	b = bytes.TrimSpace(b)
-	v, ok := parseUint(b, 10)
-	if !ok || v == 0 || v > 1<<31 {
-		return 0, fmt.Errorf("parse %s: %q is not a pid_max", p, b)
-	}
-	return int64(v), nil
+	return limit, nil
 }

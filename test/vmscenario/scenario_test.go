@@ -244,11 +244,12 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 	if k.MemoryMax != before.MemoryMax {
 		t.Errorf("memory.max changed from %s to %s on a CPU hot-add", before.MemoryMax, k.MemoryMax)
 	}
-	// The kubelet limits kubepods' pids.max to pid_max (less the pid
-	// reservations; none here); the setup left it at "max", so only the
-	// daemon can have written it.
-	if pidMax := g.sh(t, "cat /proc/sys/kernel/pid_max"); before.PidsMax != "max" || k.PidsMax != pidMax {
-		t.Errorf("pids.max %s before, %s after; want max, then pid_max %s", before.PidsMax, k.PidsMax, pidMax)
+	// The kubelet limits kubepods' pids.max to the smaller of pid_max and
+	// threads-max (less the pid reservations; none here); the setup left
+	// it at "max", so only the daemon can have written it.
+	limit := g.sh(t, `p=$(cat /proc/sys/kernel/pid_max); m=$(cat /proc/sys/kernel/threads-max); [ "$p" -lt "$m" ] && echo $p || echo $m`)
+	if before.PidsMax != "max" || k.PidsMax != limit {
+		t.Errorf("pids.max %s before, %s after; want max, then min(pid_max, threads-max) = %s", before.PidsMax, k.PidsMax, limit)
 	}
 	t.Logf("cpu%d (%s): online after %v, in the model after %v, in kubepods after %v", s.newCPU, dev,
 		onlineAt.Round(time.Millisecond), modelAt.Round(time.Millisecond), cgroupAt.Round(time.Millisecond))
