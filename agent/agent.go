@@ -271,6 +271,14 @@ func (a *Agent) ReportEviction(r decide.EvictionReport) {
 	a.poke()
 }
 
+// SetAfterRestart sets Config.AfterRestart, for a part built after the
+// agent. Call it before Run.
+func (a *Agent) SetAfterRestart(f func()) {
+	a.mu.Lock()
+	a.cfg.AfterRestart = f
+	a.mu.Unlock()
+}
+
 // OnKubelet takes a new view of the running kubelet.
 func (a *Agent) OnKubelet(v decide.KubeletView) {
 	a.mu.Lock()
@@ -497,9 +505,10 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 	a.restarting = false
 	a.lastRestart = rec
 	a.report = report
+	after := a.cfg.AfterRestart
 	a.mu.Unlock()
-	if a.cfg.AfterRestart != nil {
-		a.cfg.AfterRestart()
+	if after != nil {
+		after()
 	}
 	a.poke()
 }

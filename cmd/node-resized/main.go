@@ -44,7 +44,11 @@ As a Kubernetes node agent (the default) it also reads the Node's configured
 capacity (spec.configuredCapacity, or the annotation
 node-resized.io/configured-capacity), decides the capacity to publish with
 KEP-3953's rules, and patches the Node's status, its CapacityConfigured
-condition and events through the API server.
+condition and events through the API server. It follows what the running
+kubelet believes (systemd over D-Bus, the kubelet's own status writes, its
+pod-resources API) and, once a change has settled, restarts the kubelet's
+unit so that it adopts it, its CPU and memory manager checkpoints made safe
+first (--kubelet-restart).
 
 Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
@@ -98,6 +102,14 @@ type options struct {
 	enforce          bool
 	cgroupRoot       string
 	autoOnline       bool
+
+	kubeletUnit           string
+	kubeletRestart        string
+	kubeletSettle         time.Duration
+	kubeletMinInterval    time.Duration
+	kubeletRestartTimeout time.Duration
+	kubeletFieldManager   string
+	kubeletPodResources   bool
 }
 
 // parseFlags reads the flags. --help prints the usage to help and returns
@@ -135,6 +147,13 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.enforce, "enforce", true, "clamp the kubepods cgroups at once when hardware goes away, and grow them back when it returns (cgroup v2; on v1 the daemon only reports)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup v2 hierarchy is mounted")
 	fs.BoolVar(&o.autoOnline, "auto-online", false, "bring hot-added CPUs online and hot-added memory blocks online as movable (for nodes without udev rules that do it)")
+	fs.StringVar(&o.kubeletUnit, "kubelet-unit", kubelet.DefaultUnit, "the kubelet's systemd unit: its state is read, and it is restarted, over systemd's D-Bus API")
+	fs.StringVar(&o.kubeletRestart, "kubelet-restart", agent.RestartAuto, "auto: restart the kubelet (checkpoints made safe first) so that it adopts a changed machine; never: only say in the condition and node_resized_kubelet_restart_needed that a restart is needed")
+	fs.DurationVar(&o.kubeletSettle, "kubelet-restart-settle", 10*time.Second, "restart the kubelet once the capacity has not changed for this long")
+	fs.DurationVar(&o.kubeletMinInterval, "kubelet-restart-min-interval", 2*time.Minute, "at most one kubelet restart per this long")
+	fs.DurationVar(&o.kubeletRestartTimeout, "kubelet-restart-timeout", 2*time.Minute, "a restarted kubelet must be back Ready with the new capacity within this long; otherwise a KubeletRestartFailed event, and no second restart for that change")
+	fs.StringVar(&o.kubeletFieldManager, "kubelet-field-manager", kubelet.DefaultFieldManager, "the kubelet's field manager in the Node's managedFields: its status.capacity writes are its view of the machine")
+	fs.BoolVar(&o.kubeletPodResources, "kubelet-pod-resources", true, "ask the kubelet's pod-resources API (<kubelet-root-dir>/pod-resources/kubelet.sock) which CPUs and memory per NUMA node it knows")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
@@ -171,6 +190,12 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 		return nil, errors.New("--socket must not be empty")
 	case o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0:
 		return nil, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
+	case o.kubeletRestart != agent.RestartAuto && o.kubeletRestart != agent.RestartNever:
+		return nil, fmt.Errorf("--kubelet-restart: want auto or never, got %q", o.kubeletRestart)
+	case o.kubeletSettle <= 0 || o.kubeletMinInterval <= 0 || o.kubeletRestartTimeout <= 0:
+		return nil, errors.New("--kubelet-restart-settle, --kubelet-restart-min-interval and --kubelet-restart-timeout must be positive")
+	case o.kubeletUnit == "":
+		return nil, errors.New("--kubelet-unit must not be empty")
 	}
 	var err error
 	if o.jitterBytes, err = resources.Parse(resources.Memory, o.memoryJitter); err != nil || o.jitterBytes < 0 {

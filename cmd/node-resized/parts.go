@@ -33,6 +33,8 @@ type parts struct {
 	enforcer *cgroup.Enforcer
 	relay    *kube.Relay
 	evictor  *kube.Evictor
+	watcher  *kubelet.Watcher
+	systemd  *kubelet.Systemd
 	api      *api.Server
 	info     api.Info
 	socket   net.Listener
@@ -68,9 +70,20 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	if p.relay != nil && o.evict {
 		p.evictor = newEvictor(o, p.relay, p.enforcer, log, m)
 	}
-	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, log, m)
+	var restarter agent.KubeletRestarter
 	if p.relay != nil {
-		p.relay.Subscribe(p.agent) // the agent takes every view of the Node the relay's watch sees
+		p.systemd = kubelet.NewSystemd()
+		if restarter, err = newRestarter(o, kcfg, p.systemd); err != nil {
+			return nil, err
+		}
+	}
+	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, log, m)
+	if p.relay != nil {
+		p.watcher = newWatcher(o, kcfg, p.systemd, p.agent, log)
+		p.agent.SetAfterRestart(p.watcher.Poke)
+		// The watcher reads the kubelet's status writes first, so that the
+		// agent decides on a Node and a kubelet view of the same moment.
+		p.relay.Subscribe(p.watcher, p.agent) // both take every view of the Node the relay's watch sees
 	}
 	p.readNode(ctx, o, log, m)
 	p.monitor = newMonitor(o, fsys, src, p.subscribers(o, log, m), log, m)
@@ -116,15 +129,63 @@ func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *s
 	return kube.NewEvictor(relay.EvictionClient(), eo)
 }
 
+// newRestarter builds the kubelet's restarter: its unit over D-Bus, its
+// checkpoints under the kubelet's root directory.
+func newRestarter(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd) (agent.KubeletRestarter, error) {
+	r, err := kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg)
+	if err != nil {
+		return nil, fmt.Errorf("the kubelet's restart: %w", err)
+	}
+	return restarter{r}, nil
+}
+
+// restarter adapts *kubelet.Restarter to the agent's interface.
+type restarter struct{ *kubelet.Restarter }
+
+func (r restarter) Restart(ctx context.Context, snap *topology.Snapshot) (string, error) {
+	res, err := r.Restarter.Restart(ctx, snap)
+	return string(res), err
+}
+
+// newWatcher builds the part that follows what the running kubelet
+// believes; it feeds the agent.
+func newWatcher(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd, sink kubelet.Sink, log *slog.Logger) *kubelet.Watcher {
+	wo := kubelet.WatcherOptions{
+		Unit:         o.kubeletUnit,
+		Systemd:      sd,
+		ReservedCPUs: topology.CPUSet(kcfg.ReservedCPUs),
+		FieldManager: o.kubeletFieldManager,
+		JitterMemory: o.jitterBytes,
+		Sink:         sink,
+		Logger:       log,
+	}
+	if rm, err := kcfg.ReservedMemory(); err == nil && len(rm) > 0 {
+		wo.ReservedMemory = rm
+	}
+	if o.kubeletPodResources {
+		socket := filepath.Join(o.kubeletRootDirOrDefault(), "pod-resources", "kubelet.sock")
+		wo.PodResources = func(ctx context.Context) (kubelet.Allocatable, error) { return kubelet.AllocatableResources(ctx, socket) }
+	}
+	return kubelet.NewWatcher(wo)
+}
+
 // newAgent builds the decision loop over its actuators.
 func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgroup.Enforcer, evictor *kube.Evictor,
-	log *slog.Logger, m *metrics.Metrics) *agent.Agent {
+	restarter agent.KubeletRestarter, log *slog.Logger, m *metrics.Metrics) *agent.Agent {
 	cfg := agent.Config{
 		Reservations: kcfg.Reservations,
 		JitterMemory: o.jitterBytes,
 		StatePath:    o.stateFile,
 		Logger:       log,
 		Metrics:      m,
+		Policy: decide.Policy{
+			SettleDelay:     o.kubeletSettle,
+			RestartInterval: o.kubeletMinInterval,
+			RestartTimeout:  o.kubeletRestartTimeout,
+		},
+		KubeletRestart: o.kubeletRestart,
+		KubeletUnit:    o.kubeletUnit,
+		Restarter:      restarter,
 	}
 	// Typed nils must not become non-nil interfaces.
 	if enforcer != nil {
@@ -157,6 +218,9 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 		log.Warn("read the Node at start; deciding from the remembered configured capacity until the API server answers", "node", o.nodeName, "err", err)
 		return
 	}
+	if p.watcher != nil {
+		p.watcher.OnNode(v)
+	}
 	p.agent.OnNode(v)
 	log.Info("read the Node", "node", o.nodeName, "configured_source", v.Source, "configured", v.Configured.Key())
 }
@@ -168,6 +232,9 @@ func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []
 	if o.autoOnline {
 		p.onliner = autoonline.New(o.sysfsRoot, log, m)
 		subs = append(subs, p.onliner)
+	}
+	if p.watcher != nil {
+		subs = append(subs, p.watcher) // is the kubelet stale against the new machine?
 	}
 	return append(subs, p.agent)
 }

@@ -54,6 +54,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	if p.evictor != nil {
 		start("evictor", p.evictor.Run)
 	}
+	if p.watcher != nil {
+		start("kubelet watch", p.watcher.Run) // systemd and the pod-resources API, polled
+	}
 	start("local API", func(ctx context.Context) error { return p.api.Serve(ctx, p.socket) })
 	if p.tcp != nil {
 		start("metrics listener", func(ctx context.Context) error { return p.api.ServeMetrics(ctx, p.tcp) })
@@ -64,7 +67,11 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	<-ctx.Done()
 	systemd.Stopping()
 	log.Info("shutting down")
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	if p.systemd != nil {
+		p.systemd.Close()
+	}
+	if err != nil {
 		return err
 	}
 	log.Info("stopped")
