@@ -164,7 +164,9 @@ func newWatcher(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd, sink kube
 	}
 	if o.kubeletPodResources {
 		socket := filepath.Join(o.kubeletRootDirOrDefault(), "pod-resources", "kubelet.sock")
-		wo.PodResources = func(ctx context.Context) (kubelet.Allocatable, error) { return kubelet.AllocatableResources(ctx, socket) }
+		wo.PodResources = func(ctx context.Context) (kubelet.Allocatable, error) {
+			return kubelet.AllocatableResources(ctx, socket)
+		}
 	}
 	return kubelet.NewWatcher(wo)
 }
