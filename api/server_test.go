@@ -342,6 +342,13 @@ func TestServerStatusParts(t *testing.T) {
 			Target:           resources.List{resources.CPU: 4000, resources.Memory: 8 << 30},
 			Allocatable:      resources.List{resources.CPU: 3500, resources.Memory: 7 << 30},
 			Condition:        decide.Condition{Status: decide.StatusTrue, Reason: decide.ReasonAccepted},
+			Kubelet: &agent.KubeletStatus{
+				KubeletView: decide.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42,
+					Started: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Capacity: resources.List{resources.CPU: 2000},
+					Sources: map[string]string{"cpu": "pod-resources API"}, Ready: true, Stale: true, StaleSince: 7},
+				Restart: "never", RestartBlocked: "restarts are turned off",
+				LastRestart: &agent.RestartRecord{Result: "failed"},
+			},
 		}},
 		Relay:       fakeRelay{decide.RelayStats{Patches: 3, Pending: true, LastError: "boom"}},
 		Enforcement: fakeEnforcement{cgroup.Status{Kubepods: "/sys/fs/cgroup/kubepods", Found: true}},
@@ -355,6 +362,12 @@ func TestServerStatusParts(t *testing.T) {
 		resources.Format(resources.CPU, k.Allocatable[resources.CPU]) != "3500m" || k.Target[resources.Memory] != 8<<30 ||
 		k.Condition.Reason != "Accepted" || k.Patches != 3 || !k.PatchPending || k.PatchError != "boom" {
 		t.Fatalf("kubernetes status %+v", k)
+	}
+	kl := st.Kubelet
+	if kl == nil || kl.Unit != "kubelet.service" || kl.ActiveState != "active" || kl.MainPID != 42 || !kl.Started.Equal(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) ||
+		kl.Capacity[resources.CPU] != 2000 || !kl.Stale || kl.StaleSince != 7 || kl.Restart != "never" || kl.RestartBlocked == "" ||
+		kl.LastRestart == nil || kl.LastRestart.Result != "failed" || kl.Sources["cpu"] == "" {
+		t.Fatalf("kubelet status %+v", kl)
 	}
 	var enf cgroup.Status
 	if err := json.Unmarshal(st.Enforcement, &enf); err != nil || !enf.Found || enf.Kubepods != "/sys/fs/cgroup/kubepods" {

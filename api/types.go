@@ -33,6 +33,48 @@ type Status struct {
 	// Enforcement is the kubepods cgroup enforcer's status: what it found,
 	// what it last changed and why.
 	Enforcement json.RawMessage `json:"enforcement,omitempty"`
+	// Kubelet is what the daemon knows of the running kubelet: its unit,
+	// its view of the machine, whether that is stale, and its restarts.
+	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
+}
+
+// KubeletStatus is the running kubelet as the daemon sees it.
+type KubeletStatus struct {
+	Unit        string    `json:"unit"`
+	ActiveState string    `json:"activeState,omitempty"`
+	SubState    string    `json:"subState,omitempty"`
+	MainPID     uint32    `json:"mainPID,omitempty"`
+	Started     time.Time `json:"started,omitzero"`
+	UnitError   string    `json:"unitError,omitempty"`
+	// Capacity is the capacity the kubelet believes the machine has, and
+	// Sources where each resource's value was learnt.
+	Capacity resources.List    `json:"capacity,omitempty"`
+	Sources  map[string]string `json:"sources,omitempty"`
+	// Ready is the Node's Ready condition as the running kubelet wrote it.
+	Ready bool `json:"ready"`
+	// Stale is true while Capacity differs from the machine; StaleSince is
+	// the id of the change it has not seen (0: one from before the daemon
+	// started).
+	Stale      bool   `json:"stale"`
+	StaleSince uint64 `json:"staleSince,omitempty"`
+	// PodResourcesCPUs are the CPUs its pod-resources API says it may
+	// allocate; PodResourcesError why it could not be asked.
+	PodResourcesCPUs  []int  `json:"podResourcesCPUs,omitempty"`
+	PodResourcesError string `json:"podResourcesError,omitempty"`
+	// Restart is the restart mode (auto, never); RestartBlocked why it may
+	// not be restarted now; Restarting while a restart runs; LastRestart
+	// how the last one the daemon did ended.
+	Restart        string         `json:"restart"`
+	RestartBlocked string         `json:"restartBlocked,omitempty"`
+	Restarting     bool           `json:"restarting,omitempty"`
+	LastRestart    *RestartStatus `json:"lastRestart,omitempty"`
+}
+
+// RestartStatus is one kubelet restart the daemon did.
+type RestartStatus struct {
+	At     time.Time `json:"at"`
+	Result string    `json:"result"`
+	Error  string    `json:"error,omitempty"`
 }
 
 // KubernetesStatus is what the daemon decided and published for its Node.

@@ -210,6 +210,9 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 			fmt.Fprintf(tw, "API relay:\t%s\n", relay)
 		}
 	}
+	if k := st.Kubelet; k != nil {
+		printKubelet(tw, k, st.Now)
+	}
 	if len(st.Enforcement) > 0 {
 		var e struct {
 			Mode        string `json:"mode"`
@@ -248,6 +251,67 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		return tw.Flush()
 	}
 	return nil
+}
+
+// printKubelet prints the running kubelet as the daemon sees it.
+func printKubelet(tw io.Writer, k *api.KubeletStatus, now time.Time) {
+	unit := k.Unit
+	switch {
+	case k.ActiveState != "":
+		unit += fmt.Sprintf(" %s/%s", k.ActiveState, k.SubState)
+		if k.MainPID != 0 {
+			unit += fmt.Sprintf(", pid %d", k.MainPID)
+		}
+		if !k.Started.IsZero() {
+			unit += fmt.Sprintf(", started %s (%s ago)", k.Started.Local().Format(time.DateTime), now.Sub(k.Started).Round(time.Second))
+		}
+	case k.UnitError != "":
+		unit += ": " + k.UnitError
+	}
+	fmt.Fprintf(tw, "Kubelet:\t%s\n", unit)
+	view := "unknown"
+	if len(k.Capacity) > 0 {
+		view = resourceList(k.Capacity)
+		switch {
+		case k.Stale && k.StaleSince > 0:
+			view += fmt.Sprintf(" (stale since change #%d)", k.StaleSince)
+		case k.Stale:
+			view += " (stale since before node-resized started)"
+		default:
+			view += " (current)"
+		}
+	}
+	fmt.Fprintf(tw, "Kubelet's view:\t%s\n", view)
+	if names := sortedKeys(k.Sources); len(names) > 0 {
+		var from []string
+		for _, n := range names {
+			from = append(from, n+": "+k.Sources[n])
+		}
+		fmt.Fprintf(tw, "  learnt from:\t%s\n", strings.Join(from, "; "))
+	}
+	restart := k.Restart
+	switch {
+	case k.Restarting:
+		restart += ", restarting now"
+	case k.RestartBlocked != "":
+		restart += ", not now: " + k.RestartBlocked
+	}
+	if r := k.LastRestart; r != nil {
+		restart += fmt.Sprintf("; last restart %s at %s", r.Result, r.At.Local().Format(time.DateTime))
+		if r.Error != "" {
+			restart += ": " + r.Error
+		}
+	}
+	fmt.Fprintf(tw, "Kubelet restarts:\t%s\n", restart)
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func topo(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 )
 
 func TestSeqnumsStayReadable(t *testing.T) {
@@ -27,5 +31,20 @@ func TestSeqnumsStayReadable(t *testing.T) {
 	}
 	if got, want := seqnums(some), "1000…1198 (100 in 100 ranges)"; got != want {
 		t.Errorf("some: %q, want %q", got, want)
+	}
+}
+
+func TestPrintKubelet(t *testing.T) {
+	var b strings.Builder
+	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	printKubelet(&b, &api.KubeletStatus{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started,
+		Capacity: resources.List{resources.CPU: 4000}, Sources: map[string]string{"cpu": "status.capacity as the kubelet wrote it"},
+		Stale: true, StaleSince: 12, Restart: "never", RestartBlocked: "restarts are turned off"}, started.Add(time.Minute))
+	out := b.String()
+	for _, want := range []string{"kubelet.service active/running, pid 42", "1m0s ago", "cpu=4 (stale since change #12)",
+		"cpu: status.capacity as the kubelet wrote it", "never, not now: restarts are turned off"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
