@@ -52,6 +52,23 @@ func TestUnitFile(t *testing.T) {
 	if !strings.Contains(got["Service.RestrictAddressFamilies"], "AF_NETLINK") {
 		t.Error("RestrictAddressFamilies must allow AF_NETLINK for the uevent socket")
 	}
+	// The kubelet's restart: its checkpoints are rewritten (a temporary
+	// file and a backup renamed within their directory), and systemd is
+	// called over the system bus's unix socket, which nothing may hide.
+	if got["Service.ReadWritePaths"] != "-/var/lib/kubelet" {
+		t.Errorf("ReadWritePaths = %q, want only the kubelet's root directory, optional", got["Service.ReadWritePaths"])
+	}
+	if ro := got["Service.ReadOnlyPaths"]; !strings.Contains(ro, "/var/lib/kubelet/pods") || !strings.Contains(ro, "/var/lib/kubelet/pki") {
+		t.Errorf("ReadOnlyPaths = %q, want the pods' volumes and the kubelet's credentials kept read-only", ro)
+	}
+	if !strings.Contains(got["Service.RestrictAddressFamilies"], "AF_UNIX") {
+		t.Error("RestrictAddressFamilies must allow AF_UNIX for D-Bus and the pod-resources socket")
+	}
+	for _, key := range []string{"Service.PrivateNetwork", "Service.InaccessiblePaths", "Service.TemporaryFileSystem", "Service.PrivateIPC"} {
+		if v, ok := got[key]; ok && v != "no" {
+			t.Errorf("%s = %q would cut the daemon off the system bus at /run/dbus/system_bus_socket", key, v)
+		}
+	}
 }
 
 func TestFieldName(t *testing.T) {
