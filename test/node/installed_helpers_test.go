@@ -78,6 +78,25 @@ func buildPackage(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Logf("make package: %s after %v", deb, time.Since(t0).Round(time.Millisecond))
+	// The guest sees this machine's root, but mounts its own /tmp and /run:
+	// a checkout under /tmp would hide dist/ from it. Keep the package
+	// where the guest can read it, beside the other binaries it runs.
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(cache, "node-resized", "node", filepath.Base(deb))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deb = dst
 	return deb
 }
 
