@@ -533,10 +533,13 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	// operator configures the node's memory at that size, so that losing
 	// it is Path B: EmergencyReduced.
 	k0 := time.Now()
+	// The new kubelet stamps its heartbeat with the guest's clock, which
+	// drifts from this machine's under emulation: compare with the guest's.
+	restartedAt := guestNow(t, n)
 	guestSh(t, n, "systemctl restart kubelet")
 	nd = waitNode(t, cs, n.Name(), "Ready again (a heartbeat of the new kubelet), the kubelet's capacity with the DIMM", 2*time.Minute, func(nd *corev1.Node) bool {
 		for _, c := range nd.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.LastHeartbeatTime.Time.After(k0.Add(time.Second)) && c.Status == corev1.ConditionTrue {
+			if c.Type == corev1.NodeReady && c.LastHeartbeatTime.Time.After(restartedAt) && c.Status == corev1.ConditionTrue {
 				return nd.Status.Capacity.Memory().Value() == mem0+installedDIMM
 			}
 		}
