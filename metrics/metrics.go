@@ -33,11 +33,16 @@ type Metrics struct {
 	// DetectionLatency observes the time from the arrival of the first
 	// kernel event of a batch to the updated model.
 	DetectionLatency prometheus.Histogram
-	// Rebuilds counts full model rebuilds by trigger and result
-	// (changed, unchanged, error).
+	// Rebuilds counts model rebuilds, incremental or full, by trigger and
+	// result (changed, unchanged, error).
 	Rebuilds *prometheus.CounterVec
-	// RebuildDuration observes how long one full rebuild from sysfs takes.
+	// RebuildDuration observes how long one rebuild from sysfs takes, the
+	// one whose model the loop installs: incremental or full.
 	RebuildDuration prometheus.Histogram
+	// IncrementalMismatch counts incremental models that a full rebuild
+	// of the same moment contradicted: each one is a bug in the
+	// incremental update (the full model is installed instead).
+	IncrementalMismatch prometheus.Counter
 	// Capacity is the node's physical capacity by resource, in the
 	// resource's base unit (cores, bytes).
 	Capacity *prometheus.GaugeVec
@@ -97,13 +102,18 @@ func New() *Metrics {
 		Rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "model_rebuilds_total",
-			Help:      "Full rebuilds of the machine model from sysfs, by trigger and result.",
+			Help:      "Rebuilds of the machine model from sysfs (incremental after uevents, full otherwise), by trigger and result.",
 		}, []string{"trigger", "result"}),
 		RebuildDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "model_rebuild_duration_seconds",
-			Help:      "Time one full rebuild of the machine model from sysfs takes.",
+			Help:      "Time one rebuild of the machine model from sysfs takes, incremental or full.",
 			Buckets:   LatencyBuckets,
+		}),
+		IncrementalMismatch: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "incremental_mismatch_total",
+			Help:      "Incremental machine models that a full rebuild of the same moment contradicted (a bug; the full model was installed).",
 		}),
 		Capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
@@ -167,7 +177,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
-		m.RebuildDuration, m.Capacity, m.NUMACapacity, m.ModelChanges,
+		m.RebuildDuration, m.IncrementalMismatch, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
 		m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts,
 	)

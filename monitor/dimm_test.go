@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/resources"
@@ -143,6 +144,9 @@ func checkBurst(t *testing.T, h *sysfsHarness, rec *recorder, took time.Duration
 		t.Errorf("the final model (capacity %s, %d blocks) is not the tree's (%s, %d blocks)",
 			capac, len(snap.MemoryBlocks), want.Capacity(), len(want.MemoryBlocks))
 	}
+	if n := testutil.ToFloat64(h.metrics.IncrementalMismatch); n != 0 {
+		t.Errorf("%v incremental models contradicted by a full rebuild, want none", n)
+	}
 	st := h.mon.Stats()
 	if st.LostEvents != 0 || st.Uevents != 2*dimmBlocks {
 		t.Errorf("stats: %d uevents, %d lost; want %d and none", st.Uevents, st.LostEvents, 2*dimmBlocks)
@@ -161,9 +165,9 @@ func checkBurst(t *testing.T, h *sysfsHarness, rec *recorder, took time.Duration
 		len(h.src.stamps), took.Round(time.Millisecond), gaps(h.src.stamps), len(changes), st.Rebuilds-1, windows, first, bound)
 	for _, c := range changes {
 		events += c.Events
-		t.Logf("  change #%d %v: %d uevents, seqnums %s, latency %v, memory %d MiB: %s",
+		t.Logf("  change #%d %v: %d uevents, seqnums %s, latency %v, memory %d MiB, %s rebuild%s: %s",
 			c.ID, c.Triggers, c.Events, c.Seqnums.String(), c.Latency().Round(time.Microsecond),
-			c.Capacity[resources.Memory]>>20, c.Changes)
+			c.Capacity[resources.Memory]>>20, c.Rebuild.Kind, reason(c.Rebuild), c.Changes)
 		if !slices.Equal(c.Triggers, []Trigger{TriggerUevent}) || c.LatencySeconds <= 0 {
 			t.Errorf("change #%d: triggers %v latency %v, want uevent alone, with a latency", c.ID, c.Triggers, c.LatencySeconds)
 		}
@@ -176,6 +180,13 @@ func checkBurst(t *testing.T, h *sysfsHarness, rec *recorder, took time.Duration
 		t.Errorf("the changes carry %d uevents, more than the %d sent", events, 2*dimmBlocks)
 	}
 	return changes
+}
+
+func reason(r Rebuild) string {
+	if r.Reason == "" {
+		return ""
+	}
+	return " (" + r.Reason + ")"
 }
 
 // coalescingWindows returns how many windows a loop that waits for quiet

@@ -8,8 +8,15 @@
 // quiet window, and at the latest MaxWait after the batch's first input; a
 // resync runs at once. The model is always re-read from sysfs and procfs
 // (rebuild.go); a uevent only says that something may have changed, so a
-// forged or stale message cannot change what the daemon believes. A rebuild
-// that fails is retried with a doubling backoff. Each change records the
+// forged or stale message cannot change what the daemon believes. A batch
+// of uevents alone re-reads only the devices they named and the totals
+// (topology.FS.Update, which reads the whole machine itself when the rest
+// does not add up); lost events, the MemTotal watch and resyncs re-read the
+// whole machine. Every Config.VerifyEvery-th incremental rebuild and every
+// periodic resync compare the incremental model with a full rebuild of the
+// same moment (verify.go): a disagreement is a bug, counted, logged, and
+// the full model installed. Each change says which it was (Change.Rebuild).
+// A rebuild that fails is retried with a doubling backoff. Each change records the
 // kernel SEQNUMs that caused it and the time from the first event's arrival
 // to the new model.
 //

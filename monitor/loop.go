@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,9 +31,37 @@ type batch struct {
 	immediate bool // a resync: run without waiting for a quiet window
 	waiters   []chan resyncReply
 	retries   int
-	// full says the rebuild must read everything; a batch of cpu events
-	// alone leaves the memory blocks unread.
+	// devs are the devices the batch's uevents named, in arrival order,
+	// repeats included: the incremental rebuild re-reads these.
+	devs []topology.Device
+	// full says the rebuild must read the whole machine: an input other
+	// than a uevent (lost events, a resync, the MemTotal watch) is in the
+	// batch.
 	full bool
+}
+
+// fullReason says why the batch reads the whole machine: its first
+// trigger that is not a uevent.
+func (b *batch) fullReason() string {
+	for _, t := range b.triggers {
+		switch t {
+		case TriggerStartup:
+			return "startup"
+		case TriggerLost:
+			return "uevents lost"
+		case TriggerResync:
+			return "periodic resync"
+		case TriggerRequest:
+			return "resync requested"
+		case TriggerMemTotal:
+			return "MemTotal changed with no uevent"
+		}
+	}
+	return "full rebuild"
+}
+
+func (b *batch) has(t Trigger) bool {
+	return slices.Contains(b.triggers, t)
 }
 
 func (b *batch) addTrigger(t Trigger) {
@@ -86,7 +115,8 @@ func (m *Monitor) firstModel() (*topology.Snapshot, error) {
 	m.mu.Lock()
 	m.stats.StartedAt = start
 	m.mu.Unlock()
-	m.install(snap, &batch{triggers: []Trigger{TriggerStartup}}, nil, m.clock.Since(start))
+	b := &batch{triggers: []Trigger{TriggerStartup}}
+	m.install(snap, b, Rebuild{Kind: RebuildFull, Reason: b.fullReason()}, nil, m.clock.Since(start))
 	return snap, nil
 }
 
@@ -176,9 +206,7 @@ func (l *loop) intake(it item) {
 	}
 	b := l.arrive(TriggerUevent, at)
 	b.events++
-	if it.ev.Subsystem != "cpu" {
-		b.full = true
-	}
+	b.devs = append(b.devs, topology.ParseDevPath(it.ev.DevPath))
 	if it.ev.Seqnum != 0 {
 		b.seqnums.Add(it.ev.Seqnum)
 	}
@@ -289,7 +317,7 @@ func (l *loop) rebuildIfDue() {
 		return
 	}
 	l.disarm()
-	l.pending = l.m.rebuild(b)
+	l.pending = l.m.rebuild(b, func() int { return len(l.queue) })
 	if l.pending != nil {
 		l.arm(l.pending.deadline)
 	}

@@ -31,9 +31,11 @@ type Source interface {
 type Machine interface {
 	// Snapshot reads the whole model.
 	Snapshot() (*topology.Snapshot, error)
-	// SnapshotCPUs reads the whole model but the memory blocks, which it
-	// takes from prev; used for batches of cpu-subsystem events only.
-	SnapshotCPUs(prev *topology.Snapshot) (*topology.Snapshot, error)
+	// Update returns the model after a batch of uevents that named devs,
+	// re-reading only those devices and the totals, given the model
+	// before them; full is non-empty, with the reason, when it read the
+	// whole machine instead (see topology.FS.Update).
+	Update(prev *topology.Snapshot, devs []topology.Device) (s *topology.Snapshot, full string, err error)
 	// MemTotal reads /proc/meminfo MemTotal only.
 	MemTotal() (uint64, error)
 }
@@ -71,6 +73,14 @@ type Config struct {
 	// Resync is the interval of the full safety-net resync (default 5m;
 	// negative turns it off).
 	Resync time.Duration
+	// VerifyEvery: every VerifyEvery-th incremental rebuild, whether or
+	// not it changed the model, is compared with a full rebuild of the
+	// same moment, and so is the incremental model at each periodic
+	// resync; a disagreement is counted
+	// (node_resized_incremental_mismatch_total), logged as an error, and
+	// the full model installed (default 32; negative turns the sampled
+	// check off, not the resync's).
+	VerifyEvery int
 	// History is how many changes are kept for the API (default 256).
 	History int
 	// QueueSize is the capacity of the queue between the socket reader and
@@ -118,6 +128,9 @@ func (c *Config) setDefaults() {
 	if c.Resync == 0 {
 		c.Resync = 5 * time.Minute
 	}
+	if c.VerifyEvery == 0 {
+		c.VerifyEvery = 32
+	}
 	if c.History <= 0 {
 		c.History = 256
 	}
@@ -150,6 +163,39 @@ type Change struct {
 	Changes        topology.Changes `json:"changes"`
 	// Capacity is the new model's physical capacity (Snapshot.Capacity).
 	Capacity resources.List `json:"capacity"`
+	// Rebuild says how the new model was read. Absent from changes
+	// recorded before it existed.
+	Rebuild Rebuild `json:"rebuild,omitzero"`
+}
+
+// RebuildKind says how a model was read.
+type RebuildKind string
+
+// Kinds of rebuild.
+const (
+	// RebuildIncremental re-read only the devices the batch's uevents
+	// named and the totals (topology.FS.Update).
+	RebuildIncremental RebuildKind = "incremental"
+	// RebuildFull read the whole machine (topology.FS.Snapshot).
+	RebuildFull RebuildKind = "full"
+)
+
+// Rebuild says how the model of a change was read.
+type Rebuild struct {
+	Kind RebuildKind `json:"kind"`
+	// Reason says why a full rebuild read the whole machine: its trigger
+	// ("uevents lost", "periodic resync", ...), the incremental update's
+	// own fallback ("node3 event"), or the check below.
+	Reason string `json:"reason,omitempty"`
+	// Verified is true when the incremental model was compared with a
+	// full rebuild of the same moment (Config.VerifyEvery, periodic
+	// resyncs).
+	Verified bool `json:"verified,omitempty"`
+	// Mismatch says what the full rebuild found that the incremental
+	// model did not (topology.Diff from the incremental model to the
+	// full one, and the fields that differ); the full model was
+	// installed. Empty when they agreed.
+	Mismatch string `json:"mismatch,omitempty"`
 }
 
 // Latency returns LatencySeconds as a duration.
@@ -191,6 +237,10 @@ type Monitor struct {
 	done     chan struct{} // closed when Run returns
 	kick     chan struct{} // wakes the loop after a queue overflow
 	overflow atomic.Bool   // an event did not fit in the queue
+
+	// incremental counts incremental rebuilds, for Config.VerifyEvery.
+	// It belongs to Run's goroutine.
+	incremental int
 
 	mu      sync.RWMutex // guards the fields below
 	snap    *topology.Snapshot

@@ -27,14 +27,35 @@ type fakeMachine struct {
 	online    topology.CPUSet
 	memTotal  uint64
 	snapshots int
-	cpuOnly   int // SnapshotCPUs calls
-	fail      int // the next fail Snapshot calls return an error
+	updates   int               // Update calls
+	devs      []topology.Device // the devices of the last Update
+	fail      int               // the next fail reads return an error
+	// onSnapshot, when set, runs at the start of each Snapshot call,
+	// with mu held: the machine changing under a full rebuild.
+	onSnapshot func(f *fakeMachine)
 }
 
 func (f *fakeMachine) Snapshot() (*topology.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snapshots++
+	if f.onSnapshot != nil {
+		f.onSnapshot(f)
+	}
+	return f.model()
+}
+
+// Update is incremental, and exact: the model of the moment.
+func (f *fakeMachine) Update(prev *topology.Snapshot, devs []topology.Device) (*topology.Snapshot, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates++
+	f.devs = slices.Clone(devs)
+	s, err := f.model()
+	return s, "", err
+}
+
+func (f *fakeMachine) model() (*topology.Snapshot, error) {
 	if f.fail > 0 {
 		f.fail--
 		return nil, errors.New("read /sys/devices/system/cpu/online: transient")
@@ -50,13 +71,6 @@ func (f *fakeMachine) Snapshot() (*topology.Snapshot, error) {
 	}, nil
 }
 
-func (f *fakeMachine) SnapshotCPUs(prev *topology.Snapshot) (*topology.Snapshot, error) {
-	f.mu.Lock()
-	f.cpuOnly++
-	f.mu.Unlock()
-	return f.Snapshot()
-}
-
 func (f *fakeMachine) MemTotal() (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -69,10 +83,18 @@ func (f *fakeMachine) set(online topology.CPUSet, memTotal uint64) {
 	f.online, f.memTotal = online, memTotal
 }
 
-func (f *fakeMachine) count() int {
+// reads returns how many models were read: full and incremental.
+func (f *fakeMachine) reads() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.snapshots
+	return f.snapshots + f.updates
+}
+
+// calls returns how many full and incremental reads were made.
+func (f *fakeMachine) calls() (snapshots, updates int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snapshots, f.updates
 }
 
 // fakeSource delivers what the test injects, stamped on the test's clock as
@@ -350,7 +372,7 @@ func exactly(t *testing.T, what string, got, want time.Duration) {
 
 func TestBurstIsOneChange(t *testing.T) {
 	h := start(t, Config{Quiet: 50 * time.Millisecond, MaxWait: 10 * time.Second, MemPoll: -1, Resync: -1})
-	before := h.machine.count()
+	before := h.machine.reads()
 	// A 64 GiB DIMM: 512 blocks added, then onlined, 1024 uevents with
 	// consecutive SEQNUMs, the hardware change visible from the start.
 	h.machine.set(topology.CPUSet{0, 1}, 68<<30)
@@ -382,7 +404,7 @@ func TestBurstIsOneChange(t *testing.T) {
 	}
 	h.none()
 	// One rebuild for the burst and one for the check in none().
-	if got := h.machine.count() - before; got != 2 {
+	if got := h.machine.reads() - before; got != 2 {
 		t.Errorf("%d rebuilds for one burst and one resync, want 2", got)
 	}
 	if n := testutil.CollectAndCount(h.metrics.DetectionLatency); n != 1 {
@@ -469,6 +491,12 @@ func TestLostEventsTriggerRescan(t *testing.T) {
 	if !hasTrigger(c, TriggerLost) || c.Capacity[resources.CPU] != 1000 {
 		t.Errorf("change %v cpu %d: want a lost-events rescan that sees 1 CPU", c.Triggers, c.Capacity[resources.CPU])
 	}
+	if want := (Rebuild{Kind: RebuildFull, Reason: "uevents lost"}); c.Rebuild != want {
+		t.Errorf("rebuild %+v, want %+v", c.Rebuild, want)
+	}
+	if _, updates := h.machine.calls(); updates != 0 {
+		t.Errorf("%d incremental reads after lost events, want none", updates)
+	}
 	exactly(t, "latency", c.Latency(), 20*time.Millisecond)
 	if st := h.mon.Stats(); st.LostEvents != 1 {
 		t.Errorf("lost events = %d, want 1", st.LostEvents)
@@ -518,6 +546,9 @@ func TestMemTotalWatchWithoutUevent(t *testing.T) {
 	if !hasTrigger(c, TriggerMemTotal) || c.Events != 0 {
 		t.Errorf("triggers %v events %d: want memtotal and no uevents", c.Triggers, c.Events)
 	}
+	if want := (Rebuild{Kind: RebuildFull, Reason: "MemTotal changed with no uevent"}); c.Rebuild != want {
+		t.Errorf("rebuild %+v, want %+v", c.Rebuild, want)
+	}
 	if c.Capacity[resources.Memory] != 3<<30 {
 		t.Errorf("memory = %d, want %d", c.Capacity[resources.Memory], uint64(3<<30))
 	}
@@ -546,6 +577,14 @@ func TestPeriodicResync(t *testing.T) {
 	if !c.Time.Equal(t0.Add(10 * time.Second)) {
 		t.Errorf("resync at %v, want %v", c.Time, t0.Add(10*time.Second))
 	}
+	// A full rebuild, and the incremental model of the moment checked
+	// against it.
+	if want := (Rebuild{Kind: RebuildFull, Reason: "periodic resync", Verified: true}); c.Rebuild != want {
+		t.Errorf("rebuild %+v, want %+v", c.Rebuild, want)
+	}
+	if snaps, updates := h.machine.calls(); snaps != 2 || updates != 1 {
+		t.Errorf("%d full and %d incremental reads (startup and a resync), want 2 and 1", snaps, updates)
+	}
 }
 
 func TestResyncReportsChange(t *testing.T) {
@@ -558,6 +597,9 @@ func TestResyncReportsChange(t *testing.T) {
 	r, err = h.mon.Resync(context.Background())
 	if err != nil || !r.Changed || r.Change == nil || r.Change.Capacity[resources.CPU] != 3000 {
 		t.Fatalf("Resync after a change = %+v, %v; want changed to 3 CPUs", r, err)
+	}
+	if want := (Rebuild{Kind: RebuildFull, Reason: "resync requested"}); r.Change.Rebuild != want {
+		t.Errorf("rebuild %+v, want %+v", r.Change.Rebuild, want)
 	}
 	if c := h.next(); c.ID != r.Change.ID {
 		t.Errorf("subscriber saw change #%d, resync returned #%d", c.ID, r.Change.ID)
@@ -707,30 +749,6 @@ func TestSeqnumsJSONRoundTrip(t *testing.T) {
 	}
 	if !big.Truncated || len(big.Ranges) != maxSeqRanges {
 		t.Errorf("unbounded seqnums: %d ranges, truncated %v", len(big.Ranges), big.Truncated)
-	}
-}
-
-func TestCPUBatchLeavesMemoryBlocksUnread(t *testing.T) {
-	h := start(t, Config{MemPoll: -1, Resync: -1})
-	h.machine.set(topology.CPUSet{0}, 4<<30)
-	h.src.inject("cpu", uevent.ActionOffline, 1)
-	h.flush()
-	h.next()
-	h.machine.mu.Lock()
-	cpuOnly := h.machine.cpuOnly
-	h.machine.mu.Unlock()
-	if cpuOnly != 1 {
-		t.Errorf("a cpu-only batch made %d SnapshotCPUs calls, want 1", cpuOnly)
-	}
-	h.machine.set(topology.CPUSet{0}, 3<<30)
-	h.src.inject("memory", uevent.ActionOffline, 2)
-	h.flush()
-	h.next()
-	h.machine.mu.Lock()
-	cpuOnly = h.machine.cpuOnly
-	h.machine.mu.Unlock()
-	if cpuOnly != 1 {
-		t.Errorf("a memory event was rebuilt without its memory blocks (%d SnapshotCPUs calls)", cpuOnly)
 	}
 }
 

@@ -13,35 +13,49 @@ import (
 // waits for the next input.
 const maxRetries = 3
 
-// rebuild re-reads the machine and installs the new model when it differs.
-// It returns the batch again, due after a backoff, when the read failed and
-// may be retried.
-func (m *Monitor) rebuild(b *batch) *batch {
+// rebuild re-reads the machine and installs the new model when it differs:
+// a batch of uevents alone incrementally, re-reading the devices they named
+// (Machine.Update, which reads the whole machine itself when the rest does
+// not add up), any other batch wholly. When a check is due (verify), the
+// full model of the same moment wins over a wrong incremental one. queued
+// says how many inputs wait in the loop's queue. It returns the batch
+// again, due after a backoff, when the read failed and may be retried.
+func (m *Monitor) rebuild(b *batch, queued func() int) *batch {
 	m.mu.RLock()
 	old := m.snap
 	m.mu.RUnlock()
 	start := m.clock.Now()
-	var snap *topology.Snapshot
-	var err error
-	if b.full {
-		snap, err = m.machine.Snapshot()
-	} else {
-		snap, err = m.machine.SnapshotCPUs(old)
-	}
+	snap, how, err := m.readModel(old, b)
 	took := m.clock.Since(start)
 	m.cfg.Metrics.RebuildDuration.Observe(took.Seconds())
 	if err != nil {
 		return m.rebuildFailed(b, err)
 	}
+	snap, how = m.verify(old, b, snap, how, queued)
 	diff := topology.Diff(old, snap)
 	if len(diff) == 0 {
-		m.unchanged(b, snap, took)
+		m.unchanged(b, snap, how, took)
 		return nil
 	}
 	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "changed").Inc()
-	c := m.install(snap, b, diff, took)
+	c := m.install(snap, b, how, diff, took)
 	b.reply(ResyncResult{Changed: true, Change: &c}, nil)
 	return nil
+}
+
+// readModel reads the batch's model: the whole machine when the batch holds
+// more than uevents, otherwise the update of old by the devices they
+// named.
+func (m *Monitor) readModel(old *topology.Snapshot, b *batch) (*topology.Snapshot, Rebuild, error) {
+	if b.full {
+		snap, err := m.machine.Snapshot()
+		return snap, Rebuild{Kind: RebuildFull, Reason: b.fullReason()}, err
+	}
+	snap, full, err := m.machine.Update(old, b.devs)
+	if full != "" {
+		return snap, Rebuild{Kind: RebuildFull, Reason: full}, err
+	}
+	return snap, Rebuild{Kind: RebuildIncremental}, err
 }
 
 // rebuildFailed records a failed rebuild and returns the batch to retry
@@ -72,7 +86,7 @@ func (m *Monitor) rebuildFailed(b *batch, err error) *batch {
 
 // unchanged records a rebuild that found the model as it was: an event
 // whose effect was already seen, or a forged one, is not a change.
-func (m *Monitor) unchanged(b *batch, snap *topology.Snapshot, took time.Duration) {
+func (m *Monitor) unchanged(b *batch, snap *topology.Snapshot, how Rebuild, took time.Duration) {
 	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "unchanged").Inc()
 	m.mu.Lock()
 	m.snap = snap
@@ -80,12 +94,13 @@ func (m *Monitor) unchanged(b *batch, snap *topology.Snapshot, took time.Duratio
 	m.stats.LastRebuildAt = m.clock.Now()
 	m.stats.LastRebuildErr = ""
 	m.mu.Unlock()
-	m.log.Debug("machine unchanged", "triggers", b.triggers, "events", b.events, "seqnums", b.seqnums.String(), "rebuild", took)
+	m.log.Debug("machine unchanged", "triggers", b.triggers, "events", b.events, "seqnums", b.seqnums.String(),
+		"model", how.Kind, "rebuild", took)
 	b.reply(ResyncResult{Changed: false}, nil)
 }
 
 // install makes snap the current model and records the change.
-func (m *Monitor) install(snap *topology.Snapshot, b *batch, diff topology.Changes, took time.Duration) Change {
+func (m *Monitor) install(snap *topology.Snapshot, b *batch, how Rebuild, diff topology.Changes, took time.Duration) Change {
 	now := m.clock.Now()
 	capac := snap.Capacity()
 	c := Change{
@@ -95,6 +110,7 @@ func (m *Monitor) install(snap *topology.Snapshot, b *batch, diff topology.Chang
 		Seqnums:  b.seqnums,
 		Changes:  diff,
 		Capacity: capac,
+		Rebuild:  how,
 	}
 	if !b.first.IsZero() {
 		lat := now.Sub(b.first)
@@ -123,10 +139,13 @@ func (m *Monitor) install(snap *topology.Snapshot, b *batch, diff topology.Chang
 			"capacity", capac.String(), "numa_nodes", len(snap.Nodes),
 			"cpus_online", snap.CPUs.Online.String(), "memory_blocks", len(snap.MemoryBlocks), "took", took)
 	} else {
-		m.log.Info("machine changed",
-			"change_id", c.ID, "changes", diff.String(), "capacity", capac.String(),
+		args := []any{"change_id", c.ID, "changes", diff.String(), "capacity", capac.String(),
 			"cpus_online", snap.CPUs.Online.String(), "triggers", b.triggers, "events", b.events,
-			"seqnums", b.seqnums.String(), "latency", c.Latency(), "rebuild", took)
+			"seqnums", b.seqnums.String(), "latency", c.Latency(), "model", how.Kind, "rebuild", took}
+		if how.Reason != "" {
+			args = append(args, "full_reason", how.Reason)
+		}
+		m.log.Info("machine changed", args...)
 	}
 	for _, sub := range m.cfg.Subscribers {
 		sub.OnChange(c, snap)

@@ -65,13 +65,24 @@ func startSysfs(t *testing.T, cfg Config) *sysfsHarness {
 
 func startSysfsOn(t *testing.T, m topologytest.Machine, cfg Config) *sysfsHarness {
 	t.Helper()
+	return startSysfsWith(t, m, cfg, nil)
+}
+
+// startSysfsWith runs the loop over m's tree as startSysfsOn does, over
+// the machine wrap makes of the tree's FS when wrap is not nil.
+func startSysfsWith(t *testing.T, m topologytest.Machine, cfg Config, wrap func(topology.FS) Machine) *sysfsHarness {
+	t.Helper()
 	tree := m.WriteTree(t, topologytest.Dir(t))
 	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var machine Machine = fsys
+	if wrap != nil {
+		machine = wrap(fsys)
+	}
 	h := newHarness(t, &cfg)
-	h.run(fsys, cfg)
+	h.run(machine, cfg)
 	if c := h.next(); !hasTrigger(c, TriggerStartup) {
 		t.Fatalf("first change %v, want the startup model", c.Triggers)
 	}
