@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
@@ -98,7 +99,10 @@ type Evictor struct {
 	log    *slog.Logger
 	m      *metrics.Metrics
 	clock  clock.Clock
-	wake   chan struct{}
+	// armed counts the waits Run has set on clock, so that tests step a
+	// fake clock only once the wait they mean is set.
+	armed atomic.Int64
+	wake  chan struct{}
 
 	mu     sync.Mutex    // guards want, online, reportTo and cancel
 	want   *decide.Evict // the newest generation asked for; nil before the first Start
@@ -214,8 +218,10 @@ func (e *Evictor) Run(ctx context.Context) error {
 			}
 		case passWait:
 			timer = e.clock.NewTimer(e.poll.Step())
+			e.armed.Add(1)
 		case passFailed:
 			timer = e.clock.NewTimer(e.failures.Step())
+			e.armed.Add(1)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -146,6 +147,9 @@ type Relay struct {
 	log         *slog.Logger
 	m           *metrics.Metrics
 	clock       clock.Clock
+	// armed counts the retry waits set on clock, so that tests step a
+	// fake clock only once the wait they mean is set.
+	armed atomic.Int64
 
 	events   events.EventBroadcaster
 	recorder events.EventRecorder
@@ -337,6 +341,7 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 			delay := backoff.Step()
 			r.patchFailed(err, delay)
 			retry = r.clock.NewTimer(delay)
+			r.armed.Add(1)
 			continue
 		}
 		backoff = retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)

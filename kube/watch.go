@@ -77,8 +77,10 @@ func (r *Relay) watchNode(ctx context.Context) {
 		Name:            "Node " + r.opts.NodeName,
 		TypeDescription: "Node",
 		Logger:          &logger,
-		Clock:           r.clock,
-		Backoff:         &backoff,
+		// The reflector keeps the real clock: its watch timeouts and
+		// relists are the API server's business, and a test that steps
+		// the relay's clock must not relist the Node under it.
+		Backoff: &backoff,
 	})
 	refl.RunWithContext(ctx)
 }
