@@ -46,13 +46,23 @@ type GrowCgroups struct {
 
 // PatchNodeStatus publishes capacity, allocatable and the CapacityConfigured
 // condition in Node status. Only the resources listed are touched (pods and
-// extended resources stay the kubelet's).
+// extended resources stay the kubelet's). Taint says whether the Node is to
+// carry the NoSchedule taint TaintKey (always false unless
+// Policy.TaintWhileStale).
 type PatchNodeStatus struct {
 	Generation  int64          `json:"generation"`
 	Capacity    resources.List `json:"capacity"`
 	Allocatable resources.List `json:"allocatable"`
 	Condition   Condition      `json:"condition"`
+	Taint       bool           `json:"taint,omitempty"`
 }
+
+// TaintKey is the NoSchedule taint that keeps new pods off the node while
+// the kubelet has not adopted a loss of capacity: a stock kubelet reverts
+// status.capacity to its start-up view within about 10 s, and the scheduler
+// and the kubelet's admission would place pods against the old, larger
+// machine meanwhile.
+const TaintKey = "node-resized.io/capacity-changing"
 
 // EventType is the type of a Kubernetes event.
 type EventType string

@@ -25,6 +25,9 @@ func (p pass) condition(pl plan, next *State) (Condition, kubeletOutcome) {
 func (p pass) shrinkCondition(pl plan, next *State) (Condition, bool) {
 	gen, ev := next.Generation, p.in.Eviction
 	switch {
+	case pl.changed() && len(pl.forced) > 0 && len(p.converged) > 0:
+		next.InProgress = fmt.Sprintf("at start, kubepods was found enforcing more than the hardware now has (%s): the machine shrank while node-resized was not running; kubepods clamped, evicting pods that no longer fit",
+			transitions(pl.forced, pl.applied, pl.desired))
 	case pl.changed() && len(pl.forced) > 0:
 		next.InProgress = fmt.Sprintf("physical capacity fell below the applied capacity (%s); kubepods clamped, evicting pods that no longer fit",
 			transitions(pl.forced, pl.applied, pl.desired))

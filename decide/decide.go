@@ -41,6 +41,13 @@ type Input struct {
 	Eviction EvictionReport
 	Kubelet  Kubelet
 	Policy   Policy
+	// Enforced are the kubepods limits as read back from the cgroup when
+	// the daemon starts (memory.max, cpu.weight; a zero field is unknown).
+	// Only the first pass (Previous.Applied nil) looks at them: where they
+	// stand for more than the hardware has now, the machine shrank while
+	// node-resized was not running, and the pass clamps (Path B). See
+	// EnforcedCapacity.
+	Enforced CgroupLimits
 }
 
 // Decision is the outcome of one pass. It is a plain value, safe for
@@ -123,6 +130,7 @@ func Decide(in Input) Decision {
 	next := p.nextState(pl)
 	cond, ks := p.condition(pl, &next)
 	next.Condition = cond
+	next.Tainted = p.taint(pl, next)
 	alloc := Allocatable(pl.desired, in.Reservations)
 	return Decision{
 		Target:       pl.desired.Clone(),
@@ -148,6 +156,9 @@ type pass struct {
 	prev   State          // a copy of in.Previous that the pass may keep
 	phys   resources.List // the physical capacity, memory held within the jitter
 	ev     evaluation     // the configured capacity judged against phys
+	// converged names the resources the first pass found enforced above
+	// the hardware (see firstBaseline).
+	converged []string
 }
 
 // refusePhysical is the decision on a nonsense physical reading: everything

@@ -168,12 +168,15 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 	if !d.Next.Condition.Same(d.Condition) {
 		t.Fatalf("Next.Condition %+v differs from Condition %+v", d.Next.Condition, d.Condition)
 	}
+	if d.Next.Tainted && !in.Policy.TaintWhileStale {
+		t.Fatalf("tainted with the taint turned off")
+	}
 	if !d.Next.Applied.Equal(d.Target) {
 		t.Fatalf("Next.Applied %v differs from Target %v", d.Next.Applied, d.Target)
 	}
 	before := in.Previous.Applied
 	if before == nil {
-		before = baseline(in.Kubelet, d.Physical)
+		before, _ = firstBaseline(in, d.Physical, jitter)
 	}
 	moved := !zeroFilledEqual(before, d.Target)
 	for _, a := range d.Actions {

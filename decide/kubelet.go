@@ -25,6 +25,10 @@ type Policy struct {
 	// RestartTimeout is how long a restarted kubelet has to come back Ready
 	// with the target capacity.
 	RestartTimeout time.Duration `json:"restartTimeout,omitempty"`
+	// TaintWhileStale keeps new pods off the node (the NoSchedule taint
+	// TaintKey) from a loss of hardware until the kubelet has adopted the
+	// new capacity: see State.Tainted.
+	TaintWhileStale bool `json:"taintWhileStale,omitempty"`
 }
 
 func (p Policy) withDefaults() Policy {
@@ -269,4 +273,19 @@ func sameOn(target, phys resources.List, jitter int64) bool {
 		}
 	}
 	return true
+}
+
+// kubeletAdopted reports whether nothing more is to be waited for from the
+// kubelet about target: it is back Ready and its own view is the target
+// (the kubelet step's "agrees"); or nothing is known of it; or target is
+// below the hardware, which no restart brings the kubelet to (its view is
+// then the relay's to correct, as in Path A2).
+func kubeletAdopted(k Kubelet, target, phys resources.List, jitter int64) bool {
+	switch {
+	case !k.Known:
+		return true
+	case !sameOn(target, phys, jitter):
+		return true
+	}
+	return k.Ready && kubeletMatches(k.Capacity, target, jitter)
 }

@@ -26,12 +26,12 @@ func (pl plan) shrinking() bool { return len(pl.forced)+len(pl.planned) > 0 }
 
 // choosePath decides where this spec value leads and what the target is on
 // the way.
-func (p pass) choosePath() plan {
+func (p *pass) choosePath() plan {
 	prev, ev, phys := p.prev, p.ev, p.phys
 	firstRun := prev.Applied == nil
 	pl := plan{applied: prev.Applied}
 	if firstRun {
-		pl.applied = baseline(p.in.Kubelet, phys)
+		pl.applied, p.converged = firstBaseline(p.in, phys, p.jitter)
 	}
 	switch {
 	case prev.EmergencySpec != "" && prev.EmergencySpec == ev.key:
@@ -48,8 +48,10 @@ func (p pass) choosePath() plan {
 		pl.mode = ReasonInfeasible
 		pl.desired = hold(pl.applied, phys)
 	case len(ev.over) > 0:
-		if !firstRun && prev.Spec == ev.key && prev.Outcome == ReasonAccepted {
-			// Path B: the spec was satisfied and the hardware fell below it.
+		if (!firstRun && prev.Spec == ev.key && prev.Outcome == ReasonAccepted) || (firstRun && satisfied(ev, pl.applied)) {
+			// Path B: the spec was satisfied and the hardware fell below
+			// it (on the first pass: what is enforced met the spec, and
+			// the hardware shrank while node-resized was not running).
 			pl.mode = ReasonEmergencyReduced
 			pl.desired = specTarget(ev, phys)
 		} else {
@@ -122,7 +124,7 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 		return KubepodsLimits(withPID(desired, p.in.Physical.Capacity[resources.PID]), p.in.Reservations)
 	}
 	patch := func() Action {
-		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Condition: cond}
+		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Condition: cond, Taint: next.Tainted}
 	}
 	evict := Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Reason: EvictionReason}
 	var acts []Action
@@ -142,7 +144,7 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 		acts = append(acts,
 			GrowCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
 			patch())
-	case !cond.Same(prevCond):
+	case !cond.Same(prevCond) || next.Tainted != p.prev.Tainted:
 		acts = append(acts, patch())
 	}
 	switch {
@@ -191,4 +193,23 @@ func specTarget(ev evaluation, phys resources.List) resources.List {
 		out[name] = minInt64(v, phys[name])
 	}
 	return out
+}
+
+// taint decides whether the Node carries the NoSchedule taint TaintKey
+// after this pass (Policy.TaintWhileStale): it is set with a loss of
+// hardware below what was applied (Path B, the clamp's patch carries it),
+// kept while the shrink is in flight, and lifted once the kubelet has
+// adopted the target (kubeletAdopted).
+func (p pass) taint(pl plan, next State) bool {
+	switch {
+	case !p.pol.TaintWhileStale:
+		return false
+	case pl.changed() && len(pl.forced) > 0:
+		return true
+	case !p.prev.Tainted:
+		return false
+	case next.Evicting:
+		return true
+	}
+	return !kubeletAdopted(p.in.Kubelet, pl.desired, p.phys, p.jitter)
 }

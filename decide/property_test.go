@@ -63,7 +63,10 @@ func randomInput(rng *rand.Rand, prev State) Input {
 		JitterMemory: pick(0, 0, Mi, 100*Mi),
 		Previous:     prev,
 		Now:          t0.Add(time.Duration(rng.Intn(3600)) * time.Second),
-		Policy:       Policy{SettleDelay: time.Duration(pick(0, 1, 60)) * time.Second},
+		Policy:       Policy{SettleDelay: time.Duration(pick(0, 1, 60)) * time.Second, TaintWhileStale: rng.Intn(2) == 0},
+	}
+	if rng.Intn(3) == 0 {
+		in.Enforced = CgroupLimits{MemoryMax: pick(0, 4*Gi, 16*Gi, 64*Gi), CPUWeight: uint64(pick(0, 1, 39, 157, 10000, 20000))}
 	}
 	if g := prev.Generation; g > 0 && rng.Intn(2) == 0 {
 		in.Eviction = EvictionReport{Generation: g - int64(rng.Intn(2)), Done: rng.Intn(2) == 0}

@@ -104,6 +104,10 @@ type State struct {
 	// again until Applied changes after it.
 	RestartFailed   string    `json:"restartFailed,omitempty"`
 	RestartFailedAt time.Time `json:"restartFailedAt,omitzero"`
+	// Tainted is true while the Node is to carry the NoSchedule taint
+	// TaintKey (Policy.TaintWhileStale): from a loss of hardware below
+	// what was applied until the kubelet has adopted the target.
+	Tainted bool `json:"tainted,omitempty"`
 }
 
 func (s State) clone() State {
