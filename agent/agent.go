@@ -32,6 +32,15 @@ type Enforcer interface {
 	Apply(ctx context.Context, a decide.Action, snap *topology.Snapshot) error
 }
 
+// LimitsReader is an Enforcer that can also read the kubepods limits as
+// they stand (*cgroup.Enforcer is one). The first pass of a daemon with no
+// state to resume from compares them with what the kubelet would write for
+// the hardware, so that a machine that shrank while the daemon was not
+// running is clamped (Path B).
+type LimitsReader interface {
+	Current() (decide.CgroupLimits, error)
+}
+
 // Evictor brings the node's pods within an allocatable. Start must not
 // block; progress comes back through Agent.ReportEviction.
 type Evictor interface {
@@ -337,6 +346,9 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	if !ok {
 		return 0
 	}
+	if p.in.Previous.Applied == nil {
+		p.in.Enforced = a.enforced()
+	}
 	d := decide.Decide(p.in)
 	if d.Err != nil {
 		a.log.Warn("input refused", "err", d.Err)
@@ -349,7 +361,8 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 			// The first pass of this process publishes what it stands
 			// for even when nothing changed: the Node may show
 			// something else after a restart.
-			a.relay.Publish(decide.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: p.since})
+			a.relay.Publish(decide.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: p.since,
+				Taint: d.Next.Tainted})
 			published = true
 		}
 	}
@@ -359,6 +372,21 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		a.poke()
 	}
 	return d.RequeueAfter
+}
+
+// enforced reads the kubepods limits as they stand, for the first pass
+// with nothing applied yet; zero (unknown) without an enforcer that reads.
+func (a *Agent) enforced() decide.CgroupLimits {
+	lr, ok := a.cfg.Enforcer.(LimitsReader)
+	if !ok {
+		return decide.CgroupLimits{}
+	}
+	l, err := lr.Current()
+	if err != nil {
+		a.log.Warn("read the kubepods limits at start; what could not be read is taken as unknown", "err", err)
+	}
+	a.log.Info("kubepods limits at start", "memory_max", l.MemoryMax, "cpu_weight", l.CPUWeight)
+	return l
 }
 
 // gather takes the inputs for a pass; false when there is no model yet.
@@ -407,7 +435,8 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 	for _, act := range d.Actions {
 		switch x := act.(type) {
 		case decide.PatchNodeStatus:
-			a.relay.Publish(decide.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: p.since})
+			a.relay.Publish(decide.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: p.since,
+				Taint: x.Taint})
 			published = true
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)

@@ -49,6 +49,9 @@ type NodeStatus struct {
 	Capacity    resources.List
 	Allocatable resources.List
 	Condition   Condition
+	// Taint says whether the Node is to carry the NoSchedule taint
+	// TaintKey; the relay acts on it only where the taint is turned on.
+	Taint bool
 	// Since is when the hardware change behind this status was first seen
 	// (the first uevent); zero when it did not come from a hardware change.
 	// It feeds the event-to-acknowledged-patch latency.
