@@ -71,6 +71,13 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Clock is the relay's clock (default the real one).
 	Clock clock.Clock
+	// Taint turns on the NoSchedule taint decide.TaintKey: each status
+	// carries whether it is wanted, and the relay sets it before the
+	// status patch that asks for it and lifts it after the one that no
+	// longer does (see syncTaint). The identity needs to patch the Node
+	// object, which the NodeRestriction admission plugin forbids a node
+	// identity for taints.
+	Taint bool
 }
 
 // validate checks the options a caller sets from flags.
@@ -163,6 +170,10 @@ type Relay struct {
 	patches   uint64
 	lastErr   error
 	lastPatch time.Time
+	// taintSeen is whether the Node was last seen carrying the taint (nil:
+	// not known), taintRefused the taint the API server last refused to
+	// set or lift (nil: none).
+	taintSeen, taintRefused *bool
 }
 
 // New returns a relay that patches and records events through client and
@@ -333,7 +344,7 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 		if want == nil {
 			continue
 		}
-		err := r.patch(ctx, *want)
+		err := r.send(ctx, *want)
 		if ctx.Err() != nil {
 			return
 		}
@@ -347,6 +358,24 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 		backoff = retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
 		r.patched(want)
 	}
+}
+
+// send sends one wanted status: a taint the status asks for is set
+// before the status patch (no pod is placed against the new status
+// before it is there), and one it no longer asks for is lifted after.
+func (r *Relay) send(ctx context.Context, s decide.NodeStatus) error {
+	if s.Taint {
+		if err := r.syncTaint(ctx, true); err != nil {
+			return err
+		}
+	}
+	if err := r.patch(ctx, s); err != nil {
+		return err
+	}
+	if !s.Taint {
+		return r.syncTaint(ctx, false)
+	}
+	return nil
 }
 
 // patchFailed records a failed patch.

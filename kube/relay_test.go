@@ -110,6 +110,13 @@ func unstructuredNode(capacity, allocatable, condition map[string]any) *unstruct
 
 func startRelay(t *testing.T, fail int, subs ...NodeSubscriber) *relayHarness {
 	t.Helper()
+	return startRelayWith(t, fail, nil, subs...)
+}
+
+// startRelayWith is startRelay with the Node as the fake API server first
+// has it and the relay's options adjusted (either function may be nil).
+func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options), subs ...NodeSubscriber) *relayHarness {
+	t.Helper()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
 		Status: corev1.NodeStatus{
@@ -124,9 +131,14 @@ func startRelay(t *testing.T, fail int, subs ...NodeSubscriber) *relayHarness {
 		m:     metrics.New(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}
+	opts := Options{NodeName: "worker-1", Metrics: h.m, NodeSubscribers: subs,
+		MinBackoff: testMinBackoff, MaxBackoff: testMaxBackoff, Clock: h.clock}
+	if adjust != nil {
+		adjust(node, &opts)
+		h.client = fake.NewClientset(node)
+	}
 	h.client.PrependReactor("patch", "nodes", h.rec.react)
-	h.r = New(h.client, h.nodes, Options{NodeName: "worker-1", Metrics: h.m, NodeSubscribers: subs,
-		MinBackoff: testMinBackoff, MaxBackoff: testMaxBackoff, Clock: h.clock})
+	h.r = New(h.client, h.nodes, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.r.Run(ctx) }()
