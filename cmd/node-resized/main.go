@@ -20,6 +20,7 @@ import (
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/systemd"
@@ -110,6 +111,7 @@ type options struct {
 	kubeletRestartTimeout time.Duration
 	kubeletFieldManager   string
 	kubeletPodResources   bool
+	taintWhileStale       bool
 }
 
 // parseFlags reads the flags. --help prints the usage to help and returns
@@ -154,6 +156,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.DurationVar(&o.kubeletRestartTimeout, "kubelet-restart-timeout", 2*time.Minute, "a restarted kubelet must be back Ready with the new capacity within this long; otherwise a KubeletRestartFailed event, and no second restart for that change")
 	fs.StringVar(&o.kubeletFieldManager, "kubelet-field-manager", kubelet.DefaultFieldManager, "the kubelet's field manager in the Node's managedFields: its status.capacity writes are its view of the machine")
 	fs.BoolVar(&o.kubeletPodResources, "kubelet-pod-resources", true, "ask the kubelet's pod-resources API (<kubelet-root-dir>/pod-resources/kubelet.sock) which CPUs and memory per NUMA node it knows")
+	fs.BoolVar(&o.taintWhileStale, "taint-while-stale", false, "keep new pods off the node with the NoSchedule taint "+decide.TaintKey+" from a capacity loss until the kubelet has adopted it; needs an identity that may patch the Node object (packaging/rbac.yaml): the NodeRestriction admission plugin forbids the kubelet's own identity to change taints")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {

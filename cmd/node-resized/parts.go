@@ -56,6 +56,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	if !o.standalone {
 		if p.relay, err = kube.Connect(kube.Options{
 			Kubeconfig: o.kubeconfig, NodeName: o.nodeName, QPS: float32(o.kubeAPIQPS), Burst: o.kubeAPIBurst, Logger: log, Metrics: m,
+			Taint: o.taintWhileStale,
 		}); err != nil {
 			return nil, err
 		}
@@ -184,6 +185,8 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 			SettleDelay:     o.kubeletSettle,
 			RestartInterval: o.kubeletMinInterval,
 			RestartTimeout:  o.kubeletRestartTimeout,
+			// Standalone there is no Node to taint.
+			TaintWhileStale: o.taintWhileStale && relay != nil,
 		},
 		KubeletRestart: o.kubeletRestart,
 		KubeletUnit:    o.kubeletUnit,
