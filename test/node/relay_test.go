@@ -1,0 +1,579 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/node-resized/node-resized/api"
+)
+
+// relayPolicy is the kubelet-restart policy of the relay scenarios: the
+// defaults (settle 10s, one restart per 2m, 2m to come back) shortened so
+// that a scenario takes seconds, not minutes; the behaviour is the same.
+const relayPolicy = "--kubelet-restart-settle 2s --kubelet-restart-min-interval 10s --kubelet-restart-timeout 90s"
+
+// quietWindow is how long the daemon must send no status patch once the
+// kubelet has adopted a change.
+const quietWindow = 60 * time.Second
+
+// staticCPUKubeletConfig is the default node's configuration with the
+// static CPU manager: CPU 0 reserved for the system, the others for
+// exclusive assignment to Guaranteed pods.
+const staticCPUKubeletConfig = DefaultKubeletConfig + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
+
+const (
+	cpuManagerState = "/var/lib/kubelet/cpu_manager_state"
+	daemonSocket    = "/run/node-resized/node-resized.sock"
+)
+
+// relayNode boots a node with kubeletConfig, installs node-resized from
+// its deb with args in /etc/default/node-resized (plus
+// $NODE_RESIZED_NODE_DAEMON_ARGS), starts it and waits until it has
+// accepted the node.
+func relayNode(t *testing.T, kubeletConfig, args string) *installed {
+	t.Helper()
+	const name = "node-1"
+	needKernel(t)
+	s := &installed{deb: buildPackage(t)}
+	c := startCluster(t, name)
+	s.n = bootNode(t, c, Config{Name: name, KubeletConfig: kubeletConfig})
+	s.timing("boot to Node Ready: %v", s.n.ReadyTime().Round(time.Millisecond))
+	admin, err := kubernetes.NewForConfig(c.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.admin = admin
+	s.hist = watchNode(t, admin, name)
+	n := s.n
+	guestSh(t, n, "mkdir -p /root/pkgs && cp '"+s.deb+"' /root/pkgs/ && dpkg -i /root/pkgs/'"+filepath.Base(s.deb)+"' >/dev/null 2>&1")
+	setDaemonArgs(t, n, args)
+	if out, err := n.Run(context.Background(), "systemctl enable --now node-resized 2>&1"); err != nil {
+		t.Fatalf("%v: %s\n%s", err, out, journalTail(t, n, 30))
+	}
+	t.Logf("node-resized installed and running as %q", guestSh(t, n, "tr '\\0' ' ' </proc/$(systemctl show node-resized -p MainPID --value)/cmdline"))
+	waitNode(t, admin, name, "CapacityConfigured Accepted and Ready", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+	})
+	return s
+}
+
+// setDaemonArgs writes NODE_RESIZED_ARGS (and $NODE_RESIZED_NODE_DAEMON_ARGS)
+// into /etc/default/node-resized; the daemon reads it at its next start.
+func setDaemonArgs(t *testing.T, n *Node, args string) {
+	t.Helper()
+	args = strings.TrimSpace(args + " " + os.Getenv(EnvDaemonArgs))
+	guestSh(t, n, `sed -i 's/^NODE_RESIZED_ARGS=.*/NODE_RESIZED_ARGS="`+args+`"/' /etc/default/node-resized`)
+}
+
+// daemonStatus is `node-resizectl -o json status`.
+func daemonStatus(t *testing.T, n *Node) api.Status {
+	t.Helper()
+	var st api.Status
+	out := guestSh(t, n, "node-resizectl -o json status")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("node-resizectl -o json status: %v\n%s", err, out)
+	}
+	if st.Kubernetes == nil || st.Kubelet == nil {
+		t.Fatalf("node-resizectl -o json status has no kubernetes or kubelet section:\n%s", out)
+	}
+	return st
+}
+
+// daemonMetric is the value of one series of the daemon's /metrics (on
+// its socket), e.g. `node_resized_kubelet_restarts_total{result="done"}`;
+// 0 when the series is absent.
+func daemonMetric(t *testing.T, n *Node, series string) float64 {
+	t.Helper()
+	out := guestSh(t, n, "curl -sf --unix-socket "+daemonSocket+" http://localhost/metrics")
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("%s: %q", series, l)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+const restartsDone = `node_resized_kubelet_restarts_total{result="done"}`
+
+// kubeletPID is kubelet.service's MainPID ("0" while it is not running).
+func kubeletPID(t *testing.T, n *Node) string {
+	t.Helper()
+	return guestSh(t, n, "systemctl show kubelet -p MainPID --value")
+}
+
+// kubeletLog returns the kubelet's journal messages since `since` that
+// contain s.
+func kubeletLog(t *testing.T, n *Node, s string, since time.Time) []JournalEntry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all, err := n.Journal(ctx, "kubelet.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []JournalEntry
+	for _, e := range all {
+		if !e.Time().Before(since) && strings.Contains(e.Message(), s) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// readyAfter is true when the Node's Ready condition is True and was
+// heartbeaten (by the guest's clock) after t0: a kubelet started after
+// t0 wrote it.
+func readyAfter(nd *corev1.Node, t0 time.Time) bool {
+	for _, c := range nd.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue && c.LastHeartbeatTime.Time.After(t0)
+		}
+	}
+	return false
+}
+
+// relayAdoption is what one change relayed to the kubelet took.
+type relayAdoption struct {
+	uevent   time.Time     // the guest's clock: the patch record's time less its latency
+	patch    time.Duration // uevent -> status patch with the new capacity
+	restart  time.Duration // uevent -> "kubelet restarted" (systemd's job done)
+	ready    time.Duration // uevent -> Node Ready by the new kubelet with the target
+	accepted time.Duration // uevent -> CapacityConfigured Accepted again
+	pid      string        // the new kubelet
+}
+
+// relayUpscale hot-adds something with add and checks that the change is
+// relayed to the kubelet: the daemon patches the Node with the new
+// capacity (want) within 1 s of the uevent, restarts the kubelet (a new
+// MainPID, restarts_total{result="done"} +1, its journal records), the
+// Node is Ready again by the new kubelet, whose own status writes keep
+// the new capacity, the condition is Accepted, and from then on the
+// daemon sends no status patch for quietWindow.
+func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context.Context) error, want func(nodeVersion) bool, capField string) relayAdoption {
+	t.Helper()
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	var r relayAdoption
+	pid0 := kubeletPID(t, n)
+	done0 := daemonMetric(t, n, restartsDone)
+	mark := guestNow(t, n)
+	off := mark.Sub(time.Now()) // guest clock - this machine's clock
+	if err := add(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, cs, n.Name(), what+": the new capacity", time.Minute, func(nd *corev1.Node) bool {
+		return want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+	})
+
+	// The daemon's first patch, within 1 s of the first uevent; the one
+	// with the whole new capacity (a DIMM's blocks come online one by
+	// one).
+	patches := waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second)
+	first := patches[0]
+	firstLat, ok := first.latency()
+	if !ok {
+		t.Fatalf("\"Node status patched\" without a LATENCY: %s", journalFields(first))
+	}
+	r.uevent = first.Time().Add(-firstLat)
+	var patch JournalEntry
+	for _, e := range patches {
+		if strings.Contains(e.str("CAPACITY"), capField) {
+			patch = e
+			break
+		}
+	}
+	if patch == nil {
+		t.Fatalf("no \"Node status patched\" with %s since the hot-add:\n%s", capField, journalTail(t, n, 30))
+	}
+	r.patch = patch.Time().Sub(r.uevent)
+	t.Logf("journal: %s %q: %s", first.Time().Format("15:04:05.000"), first.Message(), journalFields(first))
+	if len(patches) > 1 {
+		t.Logf("journal: %s %q: %s (%d patches)", patch.Time().Format("15:04:05.000"), patch.Message(), journalFields(patch), len(patches))
+	}
+	if firstLat > time.Second {
+		t.Errorf("%s: the Node's capacity was first patched %v after the uevent, want within 1s", what, firstLat)
+	}
+
+	// The restart, by node-resized.
+	restarting := waitDaemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark, time.Minute)
+	restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
+	for _, e := range append(restarting, restarted...) {
+		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+	}
+	if len(restarting) != 1 || len(restarted) != 1 {
+		t.Errorf("%s: %d restart(s) begun and %d done, want one", what, len(restarting), len(restarted))
+	}
+	if failed := daemonLog(t, n, "kubelet restart failed", mark); len(failed) > 0 {
+		t.Errorf("%s: %q: %s", what, failed[0].Message(), journalFields(failed[0]))
+	}
+	r.restart = restarted[0].Time().Sub(r.uevent)
+	settle := restarting[0].Time().Sub(patch.Time())
+	r.pid = kubeletPID(t, n)
+	if r.pid == pid0 || r.pid == "0" {
+		t.Errorf("%s: kubelet MainPID %s after the restart (was %s)", what, r.pid, pid0)
+	}
+	began := restarting[0].Time()
+	nd := waitNode(t, cs, n.Name(), what+": Ready by the restarted kubelet, with the new capacity", 2*time.Minute, func(nd *corev1.Node) bool {
+		return readyAfter(nd, began) && want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+	})
+	r.ready = time.Now().Add(off).Sub(r.uevent)
+	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
+	nd = waitNode(t, cs, n.Name(), what+": CapacityConfigured Accepted after the restart", 2*time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && c.Status == corev1.ConditionTrue && nodeReady(nd) &&
+			want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+	})
+	r.accepted = time.Now().Add(off).Sub(r.uevent)
+	t.Logf("%s: %s", what, describeNode(nd))
+	for _, v := range s.hist.since(mark.Add(-off)) {
+		t.Logf("%s: Node history: %v", what, v)
+	}
+
+	// The daemon's view of the kubelet and its metrics.
+	st := daemonStatus(t, n)
+	kb, _ := json.Marshal(st.Kubelet)
+	t.Logf("%s: node-resizectl status: kubelet %s", what, kb)
+	if k := st.Kubelet; k.Stale || !k.Ready || strconv.FormatUint(uint64(k.MainPID), 10) != r.pid || k.LastRestart == nil || k.LastRestart.Result != "done" {
+		t.Errorf("%s: the daemon's kubelet view: stale %v ready %v mainPID %d (want %s), last restart %+v", what, k.Stale, k.Ready, k.MainPID, r.pid, k.LastRestart)
+	}
+	if got := daemonMetric(t, n, restartsDone); got != done0+1 {
+		t.Errorf("%s: %s = %v, want %v", what, restartsDone, got, done0+1)
+	}
+	if got := daemonMetric(t, n, "node_resized_kubelet_stale"); got != 0 {
+		t.Errorf("%s: node_resized_kubelet_stale = %v after the restart", what, got)
+	}
+
+	// The restarted kubelet's own status writes (field manager kubelet)
+	// carry the new capacity: none reverts it. (A stock kubelet whose
+	// status is unchanged writes it again only every
+	// nodeStatusReportFrequency, 5m; its heartbeat is the Lease.)
+	var kubeletWrites int
+	for _, v := range s.hist.all() {
+		if v.manager != "kubelet" || v.at.Before(began.Add(-off)) {
+			continue
+		}
+		kubeletWrites++
+		if !want(v) {
+			t.Errorf("%s: the restarted kubelet wrote %v: not the new capacity", what, v)
+		}
+	}
+	if kubeletWrites == 0 {
+		t.Errorf("%s: no status write by the restarted kubelet", what)
+	}
+
+	// No fight: node-resized patches nothing from now on.
+	p0 := st.Kubernetes.Patches
+	q0 := time.Now()
+	time.Sleep(quietWindow)
+	p1 := daemonStatus(t, n).Kubernetes.Patches
+	var byKubelet, byDaemon int
+	for _, v := range s.hist.all() {
+		if v.at.Before(q0) {
+			continue
+		}
+		switch v.manager {
+		case "kubelet":
+			byKubelet++
+			if !want(v) {
+				t.Errorf("%s: the restarted kubelet wrote %v: not the new capacity", what, v)
+			}
+		case "node-resized":
+			byDaemon++
+			t.Errorf("%s: node-resized wrote the Node's status in the quiet window: %v", what, v)
+		}
+	}
+	if p1 != p0 {
+		t.Errorf("%s: the daemon's status patches went %d -> %d in %v after the kubelet adopted the change, want none", what, p0, p1, quietWindow)
+	}
+	t.Logf("%s: %d status writes by the restarted kubelet before the quiet window, all with the new capacity; in the %v after Accepted: %d by the kubelet, %d by node-resized; its patch counter %d -> %d",
+		what, kubeletWrites, quietWindow, byKubelet, byDaemon, p0, p1)
+	s.timing("%s: uevent->first patch %v, ->patch with the whole capacity %v; uevent->restart begun %v (settle after the patch %v); uevent->kubelet restarted %v; uevent->Node Ready by the new kubelet with the target %v; uevent->Accepted %v; patches in the next %v: %d",
+		what, firstLat, r.patch.Round(time.Millisecond), began.Sub(r.uevent).Round(time.Millisecond), settle.Round(time.Millisecond), r.restart.Round(time.Millisecond),
+		r.ready.Round(time.Millisecond), r.accepted.Round(time.Millisecond), quietWindow, p1-p0)
+	return r
+}
+
+// TestKubeletRestart is scenarios a and b of the real-node table: a CPU
+// and then a DIMM hot-added under node-resized with kubelet restarts on
+// (--kubelet-restart=auto, the relayPolicy timings). Each time the Node
+// has the new capacity within 1 s of the uevent, the daemon restarts the
+// kubelet once the change settled, the restarted kubelet is Ready and
+// its own status writes carry the new size, and the daemon then sends no
+// status patch for a minute.
+func TestKubeletRestart(t *testing.T) {
+	s := relayNode(t, "", "--auto-online "+relayPolicy)
+	n := s.n
+	defer func() {
+		for _, l := range s.timings {
+			t.Logf("timing: %s", l)
+		}
+	}()
+	ok := t.Run("a-cpu-hot-add", func(t *testing.T) {
+		nd, err := s.admin.CoreV1().Nodes().Get(context.Background(), n.Name(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpus := nd.Status.Capacity.Cpu().Value() + 1
+		s.relayUpscale(t, "a CPU hot-add", func(ctx context.Context) error {
+			_, err := n.HotAddCPU(ctx, 1)
+			return err
+		}, func(v nodeVersion) bool { return v.cpu == cpus*1000 }, fmt.Sprintf("cpu=%d,", cpus))
+		if on := guestSh(t, n, "cat /sys/devices/system/cpu/online"); on != fmt.Sprintf("0-%d", cpus-1) {
+			t.Errorf("online CPUs %s", on)
+		}
+	})
+	if !ok {
+		return
+	}
+	t.Run("b-dimm-hot-add", func(t *testing.T) {
+		mem0 := memTotal(t, n)
+		want := mem0 + installedDIMM
+		s.relayUpscale(t, "b DIMM hot-add", func(ctx context.Context) error {
+			if _, err := n.HotAddDIMM(ctx, installedDIMM, 1); err != nil {
+				return err
+			}
+			for deadline := time.Now().Add(2 * time.Minute); memTotal(t, n) != want; time.Sleep(200 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("MemTotal %d, want %d after the DIMM", memTotal(t, n), want)
+				}
+			}
+			return nil
+		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10))
+		if got := kubepodsMax(t, n); got != want-DefaultSystemReservedMemory-DefaultKubeReservedMemory {
+			t.Errorf("kubepods.slice MemoryMax %s, want %s", mibs(got), mibs(want-DefaultSystemReservedMemory-DefaultKubeReservedMemory))
+		}
+	})
+}
+
+// cpuState is the kubelet's cpu_manager_state (v2).
+type cpuState struct {
+	PolicyName    string                       `json:"policyName"`
+	DefaultCPUSet string                       `json:"defaultCpuSet"`
+	Entries       map[string]map[string]string `json:"entries"`
+	Checksum      uint64                       `json:"checksum"`
+}
+
+func readCPUState(t *testing.T, n *Node, path string) (cpuState, string) {
+	t.Helper()
+	raw := guestSh(t, n, "cat "+path)
+	var st cpuState
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		t.Fatalf("%s: %v: %s", path, err, raw)
+	}
+	return st, raw
+}
+
+// guaranteedPod asks for one whole CPU and memory with limits equal to
+// requests: the static CPU manager gives its container an exclusive CPU.
+func guaranteedPod(name, node string) *corev1.Pod {
+	p := burstablePod(name)
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rl, Limits: rl}
+	return p
+}
+
+// TestKubeletRestartStaticCPU is scenario d: the static CPU manager with a
+// Guaranteed pod that holds an exclusive CPU, then a CPU hot-add. First
+// without node-resized's restart (--kubelet-restart=never, the kubelet
+// restarted by hand): the stock kubelet refuses to start on a CPU set
+// that differs from its checkpoint. The node is fixed the one way that
+// keeps the pod's CPU: the new CPU is taken offline again, so the online
+// set matches the checkpoint (restoring the checkpoint changes nothing,
+// the failing kubelet never wrote it; a reboot would lose it with the
+// node's tmpfs root). Then with node-resized (auto) another CPU is
+// hot-added: the daemon stops the kubelet, rewrites the checkpoint (the
+// old one kept as .node-resized.bak) and starts it; the kubelet starts
+// cleanly and the pod keeps its CPU.
+func TestKubeletRestartStaticCPU(t *testing.T) {
+	s := relayNode(t, staticCPUKubeletConfig, "--auto-online --kubelet-restart=never "+relayPolicy)
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	defer func() {
+		for _, l := range s.timings {
+			t.Logf("timing: %s", l)
+		}
+	}()
+	pods := cs.CoreV1().Pods("default")
+	pod := guaranteedPod("d-guaranteed", n.Name())
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	pod = waitPodRunning(t, ctx, cs, pod)
+	var st0 cpuState
+	var raw0 string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		st0, raw0 = readCPUState(t, n, cpuManagerState)
+		if st0.Entries[string(pod.UID)]["c"] != "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("pod %s (%s) Running; %s: %s", pod.Name, pod.Status.QOSClass, cpuManagerState, raw0)
+	held := st0.Entries[string(pod.UID)]["c"]
+	if st0.PolicyName != "static" || held != "1" || st0.DefaultCPUSet != "0" {
+		t.Fatalf("cpu_manager_state: policy %q, the pod's container holds %q, default set %q; want static, 1, 0", st0.PolicyName, held, st0.DefaultCPUSet)
+	}
+	podStill := func(t *testing.T, when string) {
+		t.Helper()
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || p == nil || p.UID != pod.UID || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			t.Errorf("%s: pod %s is not the Running pod it was: %v", when, pod.Name, err)
+		}
+		st, _ := readCPUState(t, n, cpuManagerState)
+		if got := st.Entries[string(pod.UID)]["c"]; got != held {
+			t.Errorf("%s: the pod's container holds CPUs %q in cpu_manager_state, want %q", when, got, held)
+		}
+	}
+
+	ok := t.Run("stock-kubelet-refuses", func(t *testing.T) {
+		mark := guestNow(t, n)
+		if _, err := n.HotAddCPU(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		waitNode(t, cs, n.Name(), "cpu 3", time.Minute, func(nd *corev1.Node) bool { return nd.Status.Capacity.Cpu().Value() == 3 })
+		for _, e := range waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second) {
+			if strings.Contains(e.str("CAPACITY"), "cpu=3,") {
+				l, _ := e.latency()
+				t.Logf("journal: %q (uevent to patch %v)", e.Message(), l)
+				s.timing("d CPU hot-add (restarts off): uevent->patch %v", l)
+				break
+			}
+		}
+		// Restarts are off: the daemon says one is needed, and waits.
+		for deadline := time.Now().Add(30 * time.Second); daemonMetric(t, n, "node_resized_kubelet_restart_needed") != 1; time.Sleep(500 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("node_resized_kubelet_restart_needed not 1 with --kubelet-restart=never and a stale kubelet")
+				break
+			}
+		}
+		k := daemonStatus(t, n).Kubelet
+		t.Logf("the daemon: kubelet stale %v, restart %s, blocked: %s", k.Stale, k.Restart, k.RestartBlocked)
+		// The operator restarts the stock kubelet on the new CPUs.
+		pid0 := kubeletPID(t, n)
+		r0 := guestNow(t, n)
+		guestSh(t, n, "systemctl restart kubelet")
+		var refused []JournalEntry
+		for deadline := time.Now().Add(time.Minute); len(refused) == 0; time.Sleep(500 * time.Millisecond) {
+			refused = kubeletLog(t, n, "doesn't match with CPUs in state", r0)
+			if len(refused) == 0 && time.Now().After(deadline) {
+				t.Fatalf("the kubelet restarted on 3 CPUs did not refuse its checkpoint within a minute; kubelet %s", guestSh(t, n, "systemctl show kubelet -p ActiveState -p SubState -p MainPID | tr '\\n' ' '"))
+			}
+		}
+		t.Logf("kubelet (was %s), %v after the restart: %s", pid0, refused[0].Time().Sub(r0).Round(time.Millisecond), refused[0].Message())
+		time.Sleep(time.Second)
+		t.Logf("kubelet.service: %s", guestSh(t, n, "systemctl show kubelet -p ActiveState -p SubState -p NRestarts | tr '\\n' ' '"))
+		if got, _ := readCPUState(t, n, cpuManagerState); got.Entries[string(pod.UID)]["c"] != held {
+			t.Errorf("the refusing kubelet changed its checkpoint: %+v", got)
+		}
+		if _, err := n.Run(ctx, "test ! -e "+cpuManagerState+".node-resized.bak"); err != nil {
+			t.Errorf("a .node-resized.bak with restarts off")
+		}
+
+		// The fix that keeps the pod's CPU: cpu2 offline again; the
+		// kubelet (Restart=always, RestartSec=10) comes back by itself.
+		f0 := guestNow(t, n)
+		guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu2/online")
+		nd := waitNode(t, cs, n.Name(), "Ready by a kubelet started on CPUs 0-1 again", 2*time.Minute, func(nd *corev1.Node) bool {
+			return readyAfter(nd, f0) && nd.Status.Capacity.Cpu().Value() == 2
+		})
+		t.Logf("cpu2 offline: the kubelet %s is back: %s", kubeletPID(t, n), describeNode(nd))
+		podStill(t, "after the fix")
+	})
+	if !ok {
+		return
+	}
+
+	t.Run("with-node-resized", func(t *testing.T) {
+		setDaemonArgs(t, n, "--auto-online "+relayPolicy)
+		guestSh(t, n, "systemctl restart node-resized")
+		waitNode(t, cs, n.Name(), "CapacityConfigured Accepted", time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+		})
+		pid0 := kubeletPID(t, n)
+		mark := guestNow(t, n)
+		off := mark.Sub(time.Now())
+		if _, err := n.HotAddCPU(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		waitNode(t, cs, n.Name(), "cpu 3", time.Minute, func(nd *corev1.Node) bool { return nd.Status.Capacity.Cpu().Value() == 3 })
+		online := guestSh(t, n, "cat /sys/devices/system/cpu/online")
+		var uevent time.Time
+		for _, e := range waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second) {
+			if strings.Contains(e.str("CAPACITY"), "cpu=3,") {
+				l, _ := e.latency()
+				uevent = e.Time().Add(-l)
+				t.Logf("journal: %q (uevent to patch %v); online CPUs %s", e.Message(), l, online)
+				s.timing("d CPU hot-add (restarts on): uevent->patch %v", l)
+				break
+			}
+		}
+		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
+		for _, e := range daemonLog(t, n, "", mark) {
+			if strings.Contains(e.Message(), "kubelet") || strings.Contains(e.Message(), "checkpoint") {
+				t.Logf("journal: %s %q", e.Time().Format("15:04:05.000"), e.Message())
+			}
+		}
+		if f := daemonLog(t, n, "kubelet restart failed", mark); len(f) > 0 {
+			t.Errorf("%q: %s", f[0].Message(), journalFields(f[0]))
+		}
+		pid := kubeletPID(t, n)
+		if pid == pid0 || pid == "0" {
+			t.Errorf("kubelet MainPID %s after the restart (was %s)", pid, pid0)
+		}
+		began := restarted[0].Time().Add(-30 * time.Second)
+		if b := daemonLog(t, n, "restarting the kubelet", mark); len(b) > 0 {
+			began = b[0].Time()
+		}
+		nd := waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with 3 CPUs", 2*time.Minute, func(nd *corev1.Node) bool {
+			return readyAfter(nd, began) && nd.Status.Capacity.Cpu().Value() == 3
+		})
+		readyAt := time.Now().Add(off)
+		t.Logf("kubelet %s -> %s: %s", pid0, pid, describeNode(nd))
+		if r := kubeletLog(t, n, "doesn't match with CPUs in state", mark); len(r) > 0 {
+			t.Errorf("the kubelet refused the rewritten checkpoint: %s", r[0].Message())
+		}
+		if st := guestSh(t, n, "systemctl show kubelet -p ActiveState -p NRestarts | tr '\\n' ' '"); !strings.Contains(st, "ActiveState=active") {
+			t.Errorf("kubelet.service: %s", st)
+		}
+		st, raw := readCPUState(t, n, cpuManagerState)
+		t.Logf("%s: %s", cpuManagerState, raw)
+		if want := "0," + strings.TrimPrefix(online, "0-1,"); st.DefaultCPUSet != want && st.DefaultCPUSet != "0,3" {
+			t.Errorf("defaultCpuSet %q with CPUs %s online and %s held, want %q", st.DefaultCPUSet, online, held, want)
+		}
+		podStill(t, "after the restart by node-resized")
+		bak, err := n.Run(ctx, "cat "+cpuManagerState+".node-resized.bak")
+		if err != nil {
+			t.Errorf("no %s.node-resized.bak: %v", cpuManagerState, err)
+		} else if strings.TrimSpace(bak) != strings.TrimSpace(raw0) {
+			t.Logf("%s.node-resized.bak: %s (the checkpoint at the pod's start: %s)", cpuManagerState, strings.TrimSpace(bak), raw0)
+		} else {
+			t.Logf("%s.node-resized.bak is the checkpoint before the restart", cpuManagerState)
+		}
+		if got := daemonMetric(t, n, restartsDone); got != 1 {
+			t.Errorf("%s = %v, want 1", restartsDone, got)
+		}
+		if !uevent.IsZero() {
+			s.timing("d: uevent->kubelet restarted (stop, checkpoint rewrite, start) %v; uevent->Node Ready by the new kubelet with cpu=3 %v",
+				restarted[0].Time().Sub(uevent).Round(time.Millisecond), readyAt.Sub(uevent).Round(time.Millisecond))
+		}
+	})
+}
