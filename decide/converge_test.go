@@ -175,15 +175,37 @@ func TestTaintWhileStale(t *testing.T) {
 			t.Fatal("tainted on growth")
 		}
 	})
-	t.Run("kubelet unknown: lifted when the shrink is done", func(t *testing.T) {
+	t.Run("kubelet unknown: kept until it is seen with the target", func(t *testing.T) {
 		n := start(t, Kubelet{}, true)
 		d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
 		if !d.Next.Tainted {
 			t.Fatal("not tainted on a loss")
 		}
-		d = n.settle()
+		if d = n.settle(); !d.Next.Tainted {
+			t.Fatal("taint lifted with nothing known of the kubelet")
+		}
+		// Its unit is known, its view of memory is not yet.
+		d = n.step(func(in *Input) { in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 8000}} })
+		if !d.Next.Tainted {
+			t.Fatal("taint lifted without the kubelet's view of memory")
+		}
+		d = n.step(func(in *Input) { in.Kubelet.Capacity = resources.List{"cpu": 8000, "memory": 8 * Gi} })
 		if d.Next.Tainted || taintOf(t, d) {
-			t.Fatal("taint kept with nothing to wait for")
+			t.Fatal("taint kept once the kubelet is seen with the target")
+		}
+	})
+	t.Run("target below the hardware: no restart can help, lifted after the shrink", func(t *testing.T) {
+		n := newNode(t, machine(8, 16*Gi), spec("memory", "12Gi"))
+		n.in.Kubelet = stale
+		n.in.Policy.TaintWhileStale = true
+		n.step(nil)
+		n.settle()
+		d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 4000) })
+		if !d.Next.Tainted {
+			t.Fatal("not tainted on a loss")
+		}
+		if d = n.settle(); d.Next.Tainted {
+			t.Fatal("taint kept for a target no kubelet restart can reach")
 		}
 	})
 	t.Run("at start, the machine shrank", func(t *testing.T) {

@@ -275,17 +275,28 @@ func sameOn(target, phys resources.List, jitter int64) bool {
 	return true
 }
 
-// kubeletAdopted reports whether nothing more is to be waited for from the
-// kubelet about target: it is back Ready and its own view is the target
-// (the kubelet step's "agrees"); or nothing is known of it; or target is
-// below the hardware, which no restart brings the kubelet to (its view is
-// then the relay's to correct, as in Path A2).
+// kubeletAdopted reports whether the kubelet is seen to have adopted
+// target, for lifting the taint: it is Ready and its own view, which must
+// include cpu and memory where target has them, is the target (the kubelet
+// step's "agrees"). Nothing known is not agreement: the taint stays until
+// the kubelet is seen (a kubelet whose view differs rewrites
+// status.capacity within about 10 s, one that agrees writes its status at
+// least every 5 minutes, and a restart is seen through systemd at once).
+// The one exception is a target below the hardware, which no restart
+// brings the kubelet to (its view is then the relay's to correct, as in
+// Path A2).
 func kubeletAdopted(k Kubelet, target, phys resources.List, jitter int64) bool {
-	switch {
-	case !k.Known:
-		return true
-	case !sameOn(target, phys, jitter):
+	if !sameOn(target, phys, jitter) {
 		return true
 	}
-	return k.Ready && kubeletMatches(k.Capacity, target, jitter)
+	if !k.Known || !k.Ready {
+		return false
+	}
+	for _, name := range []string{resources.CPU, resources.Memory} {
+		_, want := target[name]
+		if _, seen := k.Capacity[name]; want && !seen {
+			return false
+		}
+	}
+	return kubeletMatches(k.Capacity, target, jitter)
 }
