@@ -67,7 +67,7 @@ func TestConvergeAtStart(t *testing.T) {
 		first: ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
 		message: "while node-resized was not running", settled: ReasonEmergencyReduced,
 	}, {
-		name: "a configured capacity never met: held Infeasible (Path A1), nothing clamped",
+		name:     "a configured capacity never met: held Infeasible (Path A1), nothing clamped",
 		enforced: KubepodsLimits(machine(4, 8*Gi).Capacity, r), conf: spec("cpu", "8"),
 		first: ReasonInfeasible, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: ReasonInfeasible,
 	}, {
@@ -151,7 +151,10 @@ func TestTaintWhileStale(t *testing.T) {
 			t.Fatalf("tainted %v, actions %v", d.Next.Tainted, kinds(d.Actions))
 		}
 		// The kubelet restarts (someone else did it) but is not Ready yet.
-		d = n.step(func(in *Input) { in.Kubelet.Capacity = resources.List{"cpu": 4000, "memory": 16 * Gi}; in.Kubelet.Ready = false })
+		d = n.step(func(in *Input) {
+			in.Kubelet.Capacity = resources.List{"cpu": 4000, "memory": 16 * Gi}
+			in.Kubelet.Ready = false
+		})
 		if !d.Next.Tainted {
 			t.Fatal("taint lifted before the kubelet is Ready")
 		}
