@@ -187,7 +187,7 @@ func TestTaintWhileStale(t *testing.T) {
 		if d = n.settle(); !d.Next.Tainted {
 			t.Fatal("taint lifted with nothing known of the kubelet")
 		}
-		// Its unit is known, its view of memory is not yet.
+		// Its unit is known, its view of memory (what was lost) is not yet.
 		d = n.step(func(in *Input) { in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 8000}} })
 		if !d.Next.Tainted {
 			t.Fatal("taint lifted without the kubelet's view of memory")
@@ -195,6 +195,22 @@ func TestTaintWhileStale(t *testing.T) {
 		d = n.step(func(in *Input) { in.Kubelet.Capacity = resources.List{"cpu": 8000, "memory": 8 * Gi} })
 		if d.Next.Tainted || taintOf(t, d) {
 			t.Fatal("taint kept once the kubelet is seen with the target")
+		}
+	})
+	t.Run("only what was lost must be seen", func(t *testing.T) {
+		k := stale
+		k.Capacity = resources.List{"cpu": 8000} // memory never learnt
+		n := start(t, k, true)
+		d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 4000) })
+		if !d.Next.Tainted || !reflect.DeepEqual(d.Next.TaintFor, []string{"cpu"}) {
+			t.Fatalf("tainted %v for %v, want for cpu", d.Next.Tainted, d.Next.TaintFor)
+		}
+		if d = n.settle(); !d.Next.Tainted {
+			t.Fatal("taint lifted while the kubelet sees 8 CPUs")
+		}
+		d = n.step(func(in *Input) { in.Kubelet.Capacity = resources.List{"cpu": 4000} })
+		if d.Next.Tainted || d.Next.TaintFor != nil {
+			t.Fatalf("taint kept (for %v) once the kubelet sees the CPUs that are left", d.Next.TaintFor)
 		}
 	})
 	t.Run("target below the hardware: no restart can help, lifted after the shrink", func(t *testing.T) {

@@ -130,7 +130,7 @@ func Decide(in Input) Decision {
 	next := p.nextState(pl)
 	cond, ks := p.condition(pl, &next)
 	next.Condition = cond
-	next.Tainted = p.taint(pl, next)
+	next.Tainted, next.TaintFor = p.taint(pl, next)
 	alloc := Allocatable(pl.desired, in.Reservations)
 	return Decision{
 		Target:       pl.desired.Clone(),

@@ -276,25 +276,24 @@ func sameOn(target, phys resources.List, jitter int64) bool {
 }
 
 // kubeletAdopted reports whether the kubelet is seen to have adopted
-// target, for lifting the taint: it is Ready and its own view, which must
-// include cpu and memory where target has them, is the target (the kubelet
-// step's "agrees"). Nothing known is not agreement: the taint stays until
-// the kubelet is seen (a kubelet whose view differs rewrites
-// status.capacity within about 10 s, one that agrees writes its status at
-// least every 5 minutes, and a restart is seen through systemd at once).
-// The one exception is a target below the hardware, which no restart
-// brings the kubelet to (its view is then the relay's to correct, as in
-// Path A2).
-func kubeletAdopted(k Kubelet, target, phys resources.List, jitter int64) bool {
+// target, for lifting the taint set for the loss of the resources lost: it
+// is Ready, its own view includes each of lost that target has, and its
+// view is the target (the kubelet step's "agrees"). Nothing known is not
+// agreement: the taint stays until the kubelet is seen (a kubelet whose view
+// differs rewrites status.capacity within about 10 s, and a restart is seen
+// through systemd or its next status write). The one exception is a target
+// below the hardware, which no restart brings the kubelet to (its view is
+// then the relay's to correct, as in Path A2).
+func kubeletAdopted(k Kubelet, target, phys resources.List, jitter int64, lost []string) bool {
 	if !sameOn(target, phys, jitter) {
 		return true
 	}
 	if !k.Known || !k.Ready {
 		return false
 	}
-	for _, name := range []string{resources.CPU, resources.Memory} {
+	for _, name := range lost {
 		_, want := target[name]
-		if _, seen := k.Capacity[name]; want && !seen {
+		if _, seen := k.Capacity[name]; want && managed(name) && !seen {
 			return false
 		}
 	}

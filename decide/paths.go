@@ -1,6 +1,8 @@
 package decide
 
 import (
+	"slices"
+
 	"github.com/node-resized/node-resized/resources"
 )
 
@@ -196,20 +198,32 @@ func specTarget(ev evaluation, phys resources.List) resources.List {
 }
 
 // taint decides whether the Node carries the NoSchedule taint TaintKey
-// after this pass (Policy.TaintWhileStale): it is set with a loss of
-// hardware below what was applied (Path B, the clamp's patch carries it),
-// kept while the shrink is in flight, and lifted once the kubelet has
-// adopted the target (kubeletAdopted).
-func (p pass) taint(pl plan, next State) bool {
+// after this pass (Policy.TaintWhileStale), and for the loss of which
+// resources: it is set with a loss of hardware below what was applied
+// (Path B, the clamp's patch carries it), kept while the shrink is in
+// flight, and lifted once the kubelet is seen to have adopted the target
+// on those resources (kubeletAdopted).
+func (p pass) taint(pl plan, next State) (bool, []string) {
+	var lost []string
+	if p.prev.Tainted {
+		lost = p.prev.TaintFor
+	}
 	switch {
 	case !p.pol.TaintWhileStale:
-		return false
+		return false, nil
 	case pl.changed() && len(pl.forced) > 0:
-		return true
+		return true, mergeNames(lost, pl.forced)
 	case !p.prev.Tainted:
-		return false
-	case next.Evicting:
-		return true
+		return false, nil
+	case next.Evicting || !kubeletAdopted(p.in.Kubelet, pl.desired, p.phys, p.jitter, lost):
+		return true, lost
 	}
-	return !kubeletAdopted(p.in.Kubelet, pl.desired, p.phys, p.jitter)
+	return false, nil
+}
+
+// mergeNames returns the names in a or b, sorted, in a new slice.
+func mergeNames(a, b []string) []string {
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -108,6 +108,10 @@ type State struct {
 	// TaintKey (Policy.TaintWhileStale): from a loss of hardware below
 	// what was applied until the kubelet has adopted the target.
 	Tainted bool `json:"tainted,omitempty"`
+	// TaintFor names the resources whose loss the taint is for: the
+	// kubelet's own view of each must be seen at the target before the
+	// taint is lifted.
+	TaintFor []string `json:"taintFor,omitempty"`
 }
 
 func (s State) clone() State {
