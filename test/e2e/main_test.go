@@ -26,6 +26,7 @@ const (
 	nodeBurst   = "e2e-burst"
 	nodeHotplug = "e2e-hotplug"
 	nodeEvict   = "e2e-eviction"
+	nodeTaint   = "e2e-taint"
 )
 
 var (
@@ -65,7 +66,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)
