@@ -31,6 +31,9 @@ func (p pass) shrinkCondition(pl plan, next *State) (Condition, bool) {
 	case pl.changed() && len(pl.forced) > 0:
 		next.InProgress = fmt.Sprintf("physical capacity fell below the applied capacity (%s); kubepods clamped, evicting pods that no longer fit",
 			transitions(pl.forced, pl.applied, pl.desired))
+		if m := missingReserved(p.in.ReservedCPUs, p.in.Physical.OnlineCPUs); len(m) > 0 {
+			next.InProgress += "; " + reservedGone(m)
+		}
 	case pl.changed() && len(pl.planned) > 0:
 		next.InProgress = fmt.Sprintf("lowering capacity (%s): status lowered, shrinking kubepods and evicting pods that no longer fit",
 			transitions(pl.planned, pl.applied, pl.desired))
@@ -52,6 +55,19 @@ func (p pass) shrinkCondition(pl plan, next *State) (Condition, bool) {
 // shrink in flight): Infeasible, EmergencyReduced, or Accepted once the
 // kubelet step has nothing left to wait for.
 func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome) {
+	if m := missingReserved(p.in.ReservedCPUs, p.in.Physical.OnlineCPUs); len(m) > 0 && pl.mode != ReasonInfeasible {
+		// The hardware took a reserved CPU: never restart the kubelet
+		// into it, and say so until it is back.
+		in := p.in
+		in.Kubelet.RestartAllowed, in.Kubelet.RestartBlocked = false, "a reserved CPU is offline"
+		ks := kubeletStep(in, p.pol, p.jitter, pl.desired, p.phys, next)
+		ks.note = ""
+		msg := fmt.Sprintf("capacity %s applied; %s", pl.desired, reservedGone(m))
+		if pl.mode == ReasonEmergencyReduced {
+			msg = fmt.Sprintf("physical capacity fell below the configured capacity %s; capacity clamped to %s; %s", p.ev.key, next.EmergencyTarget, reservedGone(m))
+		}
+		return Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced, Message: msg}, ks
+	}
 	switch pl.mode {
 	case ReasonInfeasible:
 		return Condition{Status: StatusFalse, Reason: ReasonInfeasible,

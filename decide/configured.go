@@ -3,6 +3,7 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -104,7 +105,10 @@ func (e evaluation) problems(phys resources.List) string {
 }
 
 // evaluate applies the per-resource validation rules to a configured capacity.
-func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations) evaluation {
+// A cpu value with fewer CPUs than reservedCPUs names would take a reserved
+// CPU away: the kubelet would refuse it, so it is refused and the CPUs are
+// named.
+func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations, reservedCPUs []int) evaluation {
 	e := evaluation{key: c.Key(), present: c.Present, values: resources.List{}}
 	if !c.Present {
 		return e
@@ -161,7 +165,12 @@ func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations
 			continue
 		}
 		e.values[canon] = v
-		if canon == resources.CPU || canon == resources.Memory || canon == resources.EphemeralStorage {
+		n := int64(len(slices.Compact(slices.Sorted(slices.Values(reservedCPUs)))))
+		switch {
+		case canon == resources.CPU && v < n*1000:
+			e.below = append(e.below, fmt.Sprintf("cpu %s would take away reserved CPUs: the kubelet's reservedSystemCPUs %s are %d CPUs, and the kubelet refuses to start without them",
+				resources.Format(canon, v), cpuList(reservedCPUs), n))
+		case canon == resources.CPU || canon == resources.Memory || canon == resources.EphemeralStorage:
 			if total := r.Total(canon, v); v < total {
 				e.below = append(e.below, fmt.Sprintf("%s %s < %s (systemReserved + kubeReserved + evictionHard)",
 					canon, resources.Format(canon, v), resources.Format(canon, total)))

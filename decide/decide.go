@@ -48,6 +48,11 @@ type Input struct {
 	// node-resized was not running, and the pass clamps (Path B). See
 	// EnforcedCapacity.
 	Enforced CgroupLimits
+	// ReservedCPUs are the CPU ids of the kubelet's reservedSystemCPUs
+	// (none when it reserves no CPU by id). While one is not among
+	// Physical.OnlineCPUs, the kubelet is not restarted and the condition
+	// is EmergencyReduced, naming it.
+	ReservedCPUs []int
 }
 
 // Decision is the outcome of one pass. It is a plain value, safe for
@@ -124,7 +129,7 @@ func Decide(in Input) Decision {
 		return p.refusePhysical(raw, problems)
 	}
 	p.phys = steadyMemory(raw, p.prev.Physical, p.jitter)
-	p.ev = evaluate(in.Configured, p.phys, in.Physical.SwapActive, in.Reservations)
+	p.ev = evaluate(in.Configured, p.phys, in.Physical.SwapActive, in.Reservations, in.ReservedCPUs)
 
 	pl := p.choosePath()
 	next := p.nextState(pl)

@@ -121,7 +121,7 @@ func checkSettled(t *testing.T, n *node, d Decision) {
 	if prev.Evicting {
 		t.Fatalf("not settled: %+v", prev)
 	}
-	ev := evaluate(n.in.Configured, d.Physical, n.in.Physical.SwapActive, n.in.Reservations)
+	ev := evaluate(n.in.Configured, d.Physical, n.in.Physical.SwapActive, n.in.Reservations, n.in.ReservedCPUs)
 	switch {
 	case prev.EmergencySpec != "":
 		if d.Condition.Reason != ReasonEmergencyReduced || prev.EmergencySpec != n.in.Configured.Key() {

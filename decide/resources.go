@@ -21,6 +21,8 @@ type Physical struct {
 	Capacity resources.List `json:"capacity"`
 	// SwapActive reports whether any swap is in use on the node.
 	SwapActive bool `json:"swapActive,omitempty"`
+	// OnlineCPUs are the ids of the online CPUs; nil when not known.
+	OnlineCPUs []int `json:"onlineCPUs,omitempty"`
 }
 
 // published returns the capacity the kubelet would publish for this

@@ -1,0 +1,63 @@
+package decide
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Reserved CPUs. The kubelet's reservedSystemCPUs names CPU ids; a kubelet
+// whose reserved CPUs are not all online refuses to start (its CPU manager
+// cannot reserve what is not there). So a machine that lost one is never
+// one the kubelet is restarted into: the loss is clamped and evicted as any
+// other (Path B), and the condition is EmergencyReduced, naming the CPU,
+// until it is back online.
+
+// missingReserved returns the reserved CPUs that are not online, sorted;
+// nil when the online CPUs are unknown (nil) or none is missing.
+func missingReserved(reserved, online []int) []int {
+	if online == nil {
+		return nil
+	}
+	var out []int
+	for _, c := range reserved {
+		if !slices.Contains(online, c) && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cpuList renders CPU ids as the kernel lists them: "0-2,5".
+func cpuList(ids []int) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var parts []string
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(ids[i]))
+		} else {
+			parts = append(parts, strconv.Itoa(ids[i])+"-"+strconv.Itoa(ids[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// reservedGone is the condition's word on reserved CPUs that are offline.
+func reservedGone(missing []int) string {
+	s := ""
+	if len(missing) > 1 {
+		s = "s"
+	}
+	return fmt.Sprintf("reserved CPU%s %s (the kubelet's reservedSystemCPUs) offline: the kubelet would refuse to start without %s, so it is not restarted; "+
+		"bring CPU%s %s back online, or change reservedSystemCPUs and restart the kubelet",
+		s, cpuList(missing), map[bool]string{true: "them", false: "it"}[len(missing) > 1], s, cpuList(missing))
+}
