@@ -84,6 +84,8 @@ var (
 // Config configures the agent.
 type Config struct {
 	Reservations decide.Reservations
+	// ReservedCPUs are the kubelet's reservedSystemCPUs, by id.
+	ReservedCPUs []int
 	// JitterMemory is the memory drift that is not a change (0: 100Mi).
 	JitterMemory int64
 	Policy       decide.Policy
@@ -234,7 +236,7 @@ func (a *Agent) poke() {
 // It returns at once.
 func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
 	// The capacity the monitor computed already.
-	p := decide.Physical{Capacity: c.Capacity.Clone(), SwapActive: snap.SwapTotal > 0}
+	p := decide.Physical{Capacity: c.Capacity.Clone(), SwapActive: snap.SwapTotal > 0, OnlineCPUs: onlineCPUs(snap)}
 	if p.Capacity == nil {
 		p.Capacity = resources.List{}
 	}
@@ -417,6 +419,7 @@ func (a *Agent) gather() (passInput, bool) {
 			Physical:     *a.physical,
 			Configured:   conf,
 			Reservations: a.cfg.Reservations,
+			ReservedCPUs: a.cfg.ReservedCPUs,
 			JitterMemory: a.cfg.JitterMemory,
 			Previous:     a.state,
 			Now:          a.clock.Now(),

@@ -89,3 +89,21 @@ func TestConvergeAtStartClampsKubepods(t *testing.T) {
 		}
 	})
 }
+
+// The hardware takes a CPU of reservedSystemCPUs: the agent gives decide
+// the online CPUs and the reserved ones, and the condition names it.
+func TestReservedCPUGone(t *testing.T) {
+	r := &run{t: t, relay: &fakeRelay{}, done: make(chan error, 1)}
+	r.a = New(Config{ReservedCPUs: []int{3}}, r.relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.a.Run(ctx) }()
+	t.Cleanup(r.stop)
+	hw(r, 4, 0)
+	r.settle(decide.ReasonAccepted, 4)
+	hw(r, 3, 0) // CPU 3 goes
+	s := r.settle(decide.ReasonEmergencyReduced, 3)
+	if !strings.Contains(s.Condition.Message, "reserved CPU 3") {
+		t.Fatalf("message %q, want CPU 3 named", s.Condition.Message)
+	}
+}

@@ -177,6 +177,7 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 	restarter agent.KubeletRestarter, log *slog.Logger, m *metrics.Metrics) *agent.Agent {
 	cfg := agent.Config{
 		Reservations: kcfg.Reservations,
+		ReservedCPUs: kcfg.ReservedCPUs,
 		JitterMemory: o.jitterBytes,
 		StatePath:    o.stateFile,
 		Logger:       log,
