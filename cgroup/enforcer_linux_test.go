@@ -551,19 +551,20 @@ func TestRunReasserts(t *testing.T) {
 		t.Fatalf("memory.max %q rewritten before the ticker fired", b)
 	}
 	fake.Step(time.Minute)
+	// The re-assert is recorded after its last read-back: wait for the
+	// record, then look at the file.
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(mem)
-		if strings.TrimSpace(string(b)) == strconv.FormatInt(6*gib, 10) {
-			break
-		}
+	for st := e.Status().Last; st == nil || !st.Reapply; st = e.Status().Last {
 		if time.Now().After(deadline) {
-			t.Fatalf("memory.max %q not re-asserted to %d", b, 6*gib)
+			t.Fatalf("no re-assert recorded within 10s; last change %+v", st)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if st := e.Status().Last; !st.Reapply || st.Result != ResultChanged {
+	if st := e.Status().Last; st.Result != ResultChanged {
 		t.Errorf("last change %+v, want a re-assert that changed memory.max", st)
+	}
+	if b, _ := os.ReadFile(mem); strings.TrimSpace(string(b)) != strconv.FormatInt(6*gib, 10) {
+		t.Errorf("memory.max %q not re-asserted to %d", b, 6*gib)
 	}
 	cancel()
 	if err := <-done; err != nil {
