@@ -165,7 +165,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.info.Decisions != nil {
 		st.Kubernetes = kubernetesStatus(s.info)
-		st.Kubelet = kubeletStatus(s.info.Decisions.Status().Kubelet)
+		st.Kubelet = s.info.Decisions.Status().Kubelet // nil while it knows nothing of the kubelet
 	}
 	if s.info.Enforcement != nil {
 		if b, err := json.Marshal(s.info.Enforcement.Status()); err == nil {
@@ -310,24 +310,6 @@ func kubernetesStatus(info Info) *KubernetesStatus {
 		rs := info.Relay.Stats()
 		out.NodeName = info.NodeName
 		out.Patches, out.LastPatch, out.PatchError, out.PatchPending = rs.Patches, rs.LastPatch, rs.LastError, rs.Pending
-	}
-	return out
-}
-
-// kubeletStatus is the decision loop's view of the kubelet; nil while it
-// has none.
-func kubeletStatus(k *agent.KubeletStatus) *KubeletStatus {
-	if k == nil {
-		return nil
-	}
-	out := &KubeletStatus{
-		Unit: k.Unit, ActiveState: k.ActiveState, SubState: k.SubState, MainPID: k.MainPID, Started: k.Started, UnitError: k.UnitError,
-		Capacity: k.Capacity, Sources: k.Sources, Ready: k.Ready, Stale: k.Stale, StaleSince: k.StaleSince,
-		PodResourcesCPUs: k.PodResourcesCPUs, PodResourcesError: k.PodResourcesError,
-		Restart: k.Restart, RestartBlocked: k.RestartBlocked, Restarting: k.Restarting,
-	}
-	if r := k.LastRestart; r != nil {
-		out.LastRestart = &RestartStatus{At: r.At, Result: r.Result, Error: r.Error}
 	}
 	return out
 }

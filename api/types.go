@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
@@ -38,44 +39,9 @@ type Status struct {
 	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
 }
 
-// KubeletStatus is the running kubelet as the daemon sees it.
-type KubeletStatus struct {
-	Unit        string    `json:"unit"`
-	ActiveState string    `json:"activeState,omitempty"`
-	SubState    string    `json:"subState,omitempty"`
-	MainPID     uint32    `json:"mainPID,omitempty"`
-	Started     time.Time `json:"started,omitzero"`
-	UnitError   string    `json:"unitError,omitempty"`
-	// Capacity is the capacity the kubelet believes the machine has, and
-	// Sources where each resource's value was learnt.
-	Capacity resources.List    `json:"capacity,omitempty"`
-	Sources  map[string]string `json:"sources,omitempty"`
-	// Ready is the Node's Ready condition as the running kubelet wrote it.
-	Ready bool `json:"ready"`
-	// Stale is true while Capacity differs from the machine; StaleSince is
-	// the id of the change it has not seen (0: one from before the daemon
-	// started).
-	Stale      bool   `json:"stale"`
-	StaleSince uint64 `json:"staleSince,omitempty"`
-	// PodResourcesCPUs are the CPUs its pod-resources API says it may
-	// allocate; PodResourcesError why it could not be asked.
-	PodResourcesCPUs  []int  `json:"podResourcesCPUs,omitempty"`
-	PodResourcesError string `json:"podResourcesError,omitempty"`
-	// Restart is the restart mode (auto, never); RestartBlocked why it may
-	// not be restarted now; Restarting while a restart runs; LastRestart
-	// how the last one the daemon did ended.
-	Restart        string         `json:"restart"`
-	RestartBlocked string         `json:"restartBlocked,omitempty"`
-	Restarting     bool           `json:"restarting,omitempty"`
-	LastRestart    *RestartStatus `json:"lastRestart,omitempty"`
-}
-
-// RestartStatus is one kubelet restart the daemon did.
-type RestartStatus struct {
-	At     time.Time `json:"at"`
-	Result string    `json:"result"`
-	Error  string    `json:"error,omitempty"`
-}
+// KubeletStatus is the running kubelet as the daemon sees it: its unit,
+// its view of the machine, whether that view is stale, and its restarts.
+type KubeletStatus = agent.KubeletStatus
 
 // KubernetesStatus is what the daemon decided and published for its Node.
 type KubernetesStatus struct {

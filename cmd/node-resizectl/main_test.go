@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 )
@@ -37,9 +38,9 @@ func TestSeqnumsStayReadable(t *testing.T) {
 func TestPrintKubelet(t *testing.T) {
 	var b strings.Builder
 	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	printKubelet(&b, &api.KubeletStatus{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started,
+	printKubelet(&b, &api.KubeletStatus{KubeletView: decide.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started,
 		Capacity: resources.List{resources.CPU: 4000}, Sources: map[string]string{"cpu": "status.capacity as the kubelet wrote it"},
-		Stale: true, StaleSince: 12, Restart: "never", RestartBlocked: "restarts are turned off"}, started.Add(time.Minute))
+		Stale: true, StaleSince: 12}, Restart: "never", RestartBlocked: "restarts are turned off"}, started.Add(time.Minute))
 	out := b.String()
 	for _, want := range []string{"kubelet.service active/running, pid 42", "1m0s ago", "cpu=4 (stale since change #12)",
 		"cpu: status.capacity as the kubelet wrote it", "never, not now: restarts are turned off"} {
