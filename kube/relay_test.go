@@ -203,12 +203,17 @@ func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	h.r.Publish(s)
 	waitFor(t, "one patch", func() bool { return h.r.Stats().Patches == 1 })
 
+	// The worker may patch again meanwhile (the watch republishes): read
+	// the recorder under its lock.
+	h.rec.mu.Lock()
+	first := h.rec.patches[0]
+	h.rec.mu.Unlock()
 	var body map[string]map[string]any
-	if err := json.Unmarshal(h.rec.patches[0], &body); err != nil {
+	if err := json.Unmarshal(first, &body); err != nil {
 		t.Fatal(err)
 	}
 	if len(body) != 1 || len(body["status"]) != 3 {
-		t.Errorf("patch touches more than status capacity/allocatable/conditions: %s", h.rec.patches[0])
+		t.Errorf("patch touches more than status capacity/allocatable/conditions: %s", first)
 	}
 	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
 	if err != nil {
