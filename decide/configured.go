@@ -165,11 +165,13 @@ func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations
 			continue
 		}
 		e.values[canon] = v
-		n := int64(len(slices.Compact(slices.Sorted(slices.Values(reservedCPUs)))))
 		switch {
-		case canon == resources.CPU && v < n*1000:
-			e.below = append(e.below, fmt.Sprintf("cpu %s would take away reserved CPUs: the kubelet's reservedSystemCPUs %s are %d CPUs, and the kubelet refuses to start without them",
-				resources.Format(canon, v), cpuList(reservedCPUs), n))
+		case canon == resources.CPU && len(reservedTaken(reservedCPUs, v)) > 0:
+			taken := reservedTaken(reservedCPUs, v)
+			n := len(slices.Compact(slices.Sorted(slices.Values(reservedCPUs))))
+			e.below = append(e.below, fmt.Sprintf("cpu %s would take away reserved CPU%s %s: the kubelet's reservedSystemCPUs %s are %d CPUs, and the kubelet refuses to start without them; "+
+				"configure cpu %d or more, or change reservedSystemCPUs",
+				resources.Format(canon, v), plural(len(taken)), cpuList(taken), cpuList(reservedCPUs), n, n))
 		case canon == resources.CPU || canon == resources.Memory || canon == resources.EphemeralStorage:
 			if total := r.Total(canon, v); v < total {
 				e.below = append(e.below, fmt.Sprintf("%s %s < %s (systemReserved + kubeReserved + evictionHard)",

@@ -51,6 +51,26 @@ func cpuList(ids []int) string {
 	return strings.Join(parts, ",")
 }
 
+// reservedTaken returns the reserved CPUs that a configured cpu of milli
+// millicores takes away, sorted. A configured count keeps whole CPUs, and
+// the kubelet's reserved CPUs first, lowest-numbered first: a count below
+// the number of reserved CPUs takes away the highest-numbered of them.
+func reservedTaken(reserved []int, milli int64) []int {
+	r := slices.Compact(slices.Sorted(slices.Values(reserved)))
+	if keep := milli / 1000; keep < int64(len(r)) {
+		return r[keep:]
+	}
+	return nil
+}
+
+// plural is "s" for n != 1.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
 // reservedGone is the condition's word on reserved CPUs that are offline.
 func reservedGone(missing []int) string {
 	s := ""

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +64,39 @@ func TestReservedCPUs(t *testing.T) {
 	}
 }
 
+func TestReservedTaken(t *testing.T) {
+	for _, tc := range []struct {
+		reserved []int
+		milli    int64
+		want     []int
+	}{
+		{nil, 1000, nil},
+		{[]int{0}, 1000, nil},
+		{[]int{0}, 500, []int{0}},
+		{[]int{3, 0, 3}, 1000, []int{3}},
+		{[]int{0, 1, 2, 3}, 2500, []int{2, 3}},
+		{[]int{0, 1}, 2000, nil},
+	} {
+		if got := reservedTaken(tc.reserved, tc.milli); !slices.Equal(got, tc.want) {
+			t.Errorf("reservedTaken(%v, %dm) = %v, want %v", tc.reserved, tc.milli, got, tc.want)
+		}
+	}
+}
+
 func TestConfiguredCPUsBelowTheReservedCPUs(t *testing.T) {
 	n := newNode(t, onlineMachine(16*Gi, 0, 1, 2, 3), spec("cpu", "1"))
 	n.in.ReservedCPUs = []int{0, 3}
 	d := n.step(nil)
 	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
-	if !strings.Contains(d.Condition.Message, "reservedSystemCPUs 0,3 are 2 CPUs") {
-		t.Fatalf("message %q, want the reserved CPUs named", d.Condition.Message)
+	if !strings.Contains(d.Condition.Message, "cpu 1 would take away reserved CPU 3: the kubelet's reservedSystemCPUs 0,3 are 2 CPUs") ||
+		!strings.Contains(d.Condition.Message, "configure cpu 2 or more") {
+		t.Fatalf("message %q, want the reserved CPU taken away named", d.Condition.Message)
+	}
+	// A fraction keeps whole CPUs only: 1500m takes CPU 3 away too.
+	d = n.step(func(in *Input) { in.Configured = spec("cpu", "1500m") })
+	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	if !strings.Contains(d.Condition.Message, "would take away reserved CPU 3:") {
+		t.Fatalf("message %q, want CPU 3 named", d.Condition.Message)
 	}
 	// Two CPUs keep them: accepted (planned down, Path A2).
 	d = n.step(func(in *Input) { in.Configured = spec("cpu", "2") })
