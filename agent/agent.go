@@ -162,7 +162,7 @@ type Agent struct {
 	// Inputs.
 	physical     *decide.Physical
 	snap         *topology.Snapshot
-	since        time.Time // first uevent of the hardware change not yet published
+	since        time.Time // first uevent of the hardware changes no pass has decided on yet
 	configured   decide.Configured
 	source       string
 	haveNode     bool
@@ -337,7 +337,7 @@ func (a *Agent) Run(ctx context.Context) error {
 type passInput struct {
 	in     decide.Input
 	snap   *topology.Snapshot
-	since  time.Time // the first uevent of the hardware change not yet published
+	since  time.Time // the first uevent of the hardware changes this pass decides on
 	source string
 }
 
@@ -604,7 +604,11 @@ func onlineCPUs(snap *topology.Snapshot) []int {
 // the state changed.
 func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	a.mu.Lock()
-	if published && a.since.Equal(p.since) {
+	// The pass has decided on the hardware changes since p.since: a
+	// patch carries them, or they changed nothing on the Node (memory
+	// within the jitter, a loss already clamped). Either way the next
+	// change's latency counts from its own uevent, not from these.
+	if a.since.Equal(p.since) {
 		a.since = time.Time{}
 	}
 	changed := !sameState(a.state, d.Next)

@@ -118,6 +118,34 @@ func hw(r *run, cpus int, latency time.Duration) {
 	r.a.OnChange(c, snap)
 }
 
+// A hardware change that changes nothing on the Node is decided on all the
+// same: the next change's status carries its own uevent's time, not the
+// earlier one's.
+func TestSinceIsTheChangeThePatchCarries(t *testing.T) {
+	r := startAgent(t, filepath.Join(t.TempDir(), "state.json"))
+	hw(r, 4, 0)
+	r.settle(decide.ReasonAccepted, 4)
+	n := r.a.Status().Decisions
+	hw(r, 4, time.Hour) // the same machine, from an uevent an hour ago
+	for deadline := time.Now().Add(10 * time.Second); r.a.Status().Decisions == n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no pass for the change")
+		}
+	}
+	hw(r, 2, 3*time.Millisecond)
+	r.settle(decide.ReasonAccepted, 2)
+	r.relay.mu.Lock()
+	defer r.relay.mu.Unlock()
+	for _, s := range r.relay.statuses {
+		if s.Capacity["cpu"] == 2000 {
+			if s.Since.IsZero() || time.Since(s.Since) > time.Minute {
+				t.Errorf("the first status with 2 CPUs carries the hardware-event time %v (%v ago), want the loss's own", s.Since, time.Since(s.Since))
+			}
+			return
+		}
+	}
+}
+
 func TestPathBClampSurvivesRestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state.json")
 	r := startAgent(t, state)
