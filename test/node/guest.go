@@ -185,6 +185,10 @@ mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work 
 # target) is not the node's: start from the distribution's units.
 rm -rf /newroot/etc/systemd/system/*.wants /newroot/etc/systemd/system/*.requires \
 	/newroot/etc/systemd/system/default.target
+# Nor are its node agents' state and configuration: a state file of a
+# node-resized run on this machine would be the guest's history.
+rm -rf /newroot/var/lib/node-resized /newroot/var/lib/kubelet /newroot/etc/kubernetes \
+	/newroot/etc/default/node-resized /newroot/etc/systemd/system/node-resized.service
 cp -a /node/root/. /newroot/ || fail "copy the node's files"
 while read -r target link; do
 	mkdir -p "/newroot${link%%/*}"

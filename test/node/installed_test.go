@@ -526,26 +526,13 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	}
 	t.Logf("with the DIMM: %s; kubepods.slice MemoryMax %s", describeNode(nd), mibs(kubepodsMax(t, n)))
 
-	// Setup, not part of the scenario: the kubelet learns the DIMM the
-	// only way a stock kubelet can, a restart, so that the memory that
-	// goes away is memory it knew (otherwise its own allocatable, from
-	// the boot memory, would already evict the pod below). And the
-	// operator configures the node's memory at that size, so that losing
-	// it is Path B: EmergencyReduced.
-	k0 := time.Now()
-	// The new kubelet stamps its heartbeat with the guest's clock, which
-	// drifts from this machine's under emulation: compare with the guest's.
-	restartedAt := guestNow(t, n)
-	guestSh(t, n, "systemctl restart kubelet")
-	nd = waitNode(t, cs, n.Name(), "Ready again (a heartbeat of the new kubelet), the kubelet's capacity with the DIMM", 2*time.Minute, func(nd *corev1.Node) bool {
-		for _, c := range nd.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.LastHeartbeatTime.Time.After(restartedAt) && c.Status == corev1.ConditionTrue {
-				return nd.Status.Capacity.Memory().Value() == mem0+installedDIMM
-			}
-		}
-		return false
-	})
-	t.Logf("kubelet restarted (setup) and Ready after %v: %s", time.Since(k0).Round(time.Millisecond), describeNode(nd))
+	// The kubelet learns the DIMM the only way a stock kubelet can: a
+	// restart, which node-resized makes once the change has settled (the
+	// shipped policy: 10 s). The memory that goes away below is then
+	// memory the kubelet knew (otherwise its own allocatable, from the
+	// boot memory, would already evict the pod).
+	plugAdopted := s.waitDaemonRestartsKubelet(t, "c DIMM hot-add", mark, 2*time.Minute, func(v nodeVersion) bool { return v.mem == mem0+installedDIMM })
+	s.timing("c DIMM hot-add: uevent->kubelet restarted by node-resized %v, ->Node Ready by it with the DIMM %v", plugAdopted.restart, plugAdopted.ready)
 	waitKubepodsMax(t, n, mem0+installedDIMM-installedReserved, 30*time.Second)
 	conf := fmt.Sprintf(`{"memory":"%d"}`, mem0+installedDIMM)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, configuredAnnotation, conf)
@@ -753,6 +740,25 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	if _, err := n.Run(ctx, "test -d "+podCgroup(pod)); err == nil {
 		t.Logf("the evicted pod's cgroup %s is still there", podCgroup(pod))
 	}
+
+	// c, second half: the kubelet adopts the smaller machine. node-resized
+	// restarts it once the loss has settled and the eviction is done, at
+	// most once per 2 min (the shipped policy) counted from its restart
+	// for the plug.
+	down := s.waitDaemonRestartsKubelet(t, "c DIMM unplug", mark, 4*time.Minute, func(v nodeVersion) bool { return v.mem == mem0 })
+	if got := kubepodsMax(t, n); got != clampTo {
+		t.Errorf("kubepods.slice MemoryMax %s once the kubelet has adopted the smaller machine, want %s", mibs(got), mibs(clampTo))
+	}
+	if got := guestSh(t, n, "systemctl show kubepods.slice -p MemoryMax --value"); got != strconv.FormatInt(clampTo, 10) {
+		t.Errorf("systemctl show kubepods.slice -p MemoryMax: %s, want %d", got, clampTo)
+	}
+	nd = waitNode(t, cs, n.Name(), "the condition once the kubelet has adopted the loss", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "EmergencyReduced"
+	})
+	t.Logf("the kubelet adopted the loss: %s; condition %q", describeNode(nd), capacityCondition(nd).Message)
+	s.timing("c DIMM unplug: uevent->kubelet restarted by node-resized %v, ->Node Ready by it with the smaller memory %v",
+		down.restart.Round(time.Millisecond), down.ready.Round(time.Millisecond))
 }
 
 // balloon is scenario e: the virtio-balloon inflates by 512 MiB; MemTotal
