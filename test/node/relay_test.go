@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/node-resized/node-resized/api"
@@ -24,9 +25,9 @@ import (
 // that a scenario takes seconds, not minutes; the behaviour is the same.
 const relayPolicy = "--kubelet-restart-settle 2s --kubelet-restart-min-interval 10s --kubelet-restart-timeout 90s"
 
-// quietWindow is how long the daemon must send no status patch once the
-// kubelet has adopted a change.
-const quietWindow = 60 * time.Second
+// steadyWindow is how long the daemon must send no status patch once the
+// kubelet has adopted a change, in scenario a; b checks a shorter window.
+const steadyWindow = 2 * time.Minute
 
 // staticCPUKubeletConfig is the default node's configuration with the
 // static CPU manager: CPU 0 reserved for the system, the others for
@@ -166,7 +167,7 @@ type relayAdoption struct {
 // Node is Ready again by the new kubelet, whose own status writes keep
 // the new capacity, the condition is Accepted, and from then on the
 // daemon sends no status patch for quietWindow.
-func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context.Context) error, want func(nodeVersion) bool, capField string) relayAdoption {
+func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context.Context) error, want func(nodeVersion) bool, capField string, quietWindow time.Duration) relayAdoption {
 	t.Helper()
 	n, cs := s.n, s.admin
 	ctx := context.Background()
@@ -334,7 +335,7 @@ func TestKubeletRestart(t *testing.T) {
 		s.relayUpscale(t, "a CPU hot-add", func(ctx context.Context) error {
 			_, err := n.HotAddCPU(ctx, 1)
 			return err
-		}, func(v nodeVersion) bool { return v.cpu == cpus*1000 }, fmt.Sprintf("cpu=%d,", cpus))
+		}, func(v nodeVersion) bool { return v.cpu == cpus*1000 }, fmt.Sprintf("cpu=%d,", cpus), steadyWindow)
 		if on := guestSh(t, n, "cat /sys/devices/system/cpu/online"); on != fmt.Sprintf("0-%d", cpus-1) {
 			t.Errorf("online CPUs %s", on)
 		}
@@ -355,10 +356,90 @@ func TestKubeletRestart(t *testing.T) {
 				}
 			}
 			return nil
-		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10))
+		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), time.Minute)
 		if got := kubepodsMax(t, n); got != want-DefaultSystemReservedMemory-DefaultKubeReservedMemory {
 			t.Errorf("kubepods.slice MemoryMax %s, want %s", mibs(got), mibs(want-DefaultSystemReservedMemory-DefaultKubeReservedMemory))
 		}
+	})
+	t.Run("a2-configured-below-the-hardware", s.configuredBelow)
+}
+
+// configuredBelow measures Path A2 held: memory configured below the
+// hardware, which no kubelet restart settles (a restarted kubelet would
+// publish the hardware). The stock kubelet reverts status.capacity at each
+// status update (every ~10 s) and node-resized puts the configured value
+// back once per revert: the test counts the Node writes of each over
+// a2Window, the time the Node showed the hardware, and requires at most
+// one re-patch per revert.
+func (s *installed) configuredBelow(t *testing.T) {
+	const a2Window = time.Minute
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	nd, err := cs.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw := nd.Status.Capacity.Memory().Value()
+	conf := hw - 512*mib
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, configuredAnnotation, fmt.Sprintf(`{"memory":"%d"}`, conf))
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nd = waitNode(t, cs, n.Name(), "Accepted at the configured memory", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nd.Status.Capacity.Memory().Value() == conf
+	})
+	t.Logf("configured memory %s below the hardware %s: %s", mibs(conf), mibs(hw), describeNode(nd))
+	p0 := daemonStatus(t, n).Kubernetes.Patches
+	t0 := time.Now()
+	time.Sleep(a2Window)
+	p1 := daemonStatus(t, n).Kubernetes.Patches
+	var byKubelet, byDaemon int
+	var exposed, worst time.Duration
+	var hwSince time.Time
+	for _, v := range s.hist.all() {
+		if v.at.Before(t0) || v.at.After(t0.Add(a2Window)) {
+			continue
+		}
+		switch v.manager {
+		case "kubelet":
+			byKubelet++
+		case "node-resized":
+			byDaemon++
+		}
+		switch {
+		case v.mem != conf && hwSince.IsZero():
+			hwSince = v.at
+		case v.mem == conf && !hwSince.IsZero():
+			d := v.at.Sub(hwSince)
+			exposed += d
+			worst = max(worst, d)
+			hwSince = time.Time{}
+		}
+	}
+	perHour := func(k int) int { return int(float64(k) * float64(time.Hour) / float64(a2Window)) }
+	t.Logf("Path A2 held for %v: %d Node status writes by the kubelet, %d by node-resized (its patch counter %d -> %d): %d API writes/hour; the Node showed the hardware for %v in all (longest %v)",
+		a2Window, byKubelet, byDaemon, p0, p1, perHour(byKubelet+byDaemon), exposed.Round(time.Millisecond), worst.Round(time.Millisecond))
+	s.timing("A2 memory configured 512Mi below the hardware, held %v: kubelet %d + node-resized %d status writes = %d/hour; Node showed the hardware %v in all, longest %v",
+		a2Window, byKubelet, byDaemon, perHour(byKubelet+byDaemon), exposed.Round(time.Millisecond), worst.Round(time.Millisecond))
+	if byDaemon > byKubelet+1 {
+		t.Errorf("node-resized wrote the Node %d times against %d kubelet writes: more than one re-patch per revert", byDaemon, byKubelet)
+	}
+	if byKubelet > 0 && byDaemon == 0 {
+		t.Errorf("the kubelet wrote the Node %d times and node-resized never put the configured memory back", byKubelet)
+	}
+	if worst > 5*time.Second {
+		t.Errorf("the Node showed the hardware for %v after a revert, want the configured memory back within seconds", worst)
+	}
+
+	// Back to the hardware: the annotation removed, Accepted at hw.
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, configuredAnnotation)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, cs, n.Name(), "Accepted at the hardware again", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nd.Status.Capacity.Memory().Value() == hw
 	})
 }
 
@@ -576,4 +657,66 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 				restarted[0].Time().Sub(uevent).Round(time.Millisecond), readyAt.Sub(uevent).Round(time.Millisecond))
 		}
 	})
+}
+
+// waitDaemonRestartsKubelet waits, for the change that began at mark (the
+// guest's clock), until node-resized has restarted the kubelet once and the
+// restarted kubelet is Ready with a capacity that want accepts, in its own
+// status writes. It returns the times from the change's first uevent (the
+// first status patch since mark, less its latency).
+func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what string, mark time.Time, timeout time.Duration, want func(nodeVersion) bool) relayAdoption {
+	t.Helper()
+	n, cs := s.n, s.admin
+	var r relayAdoption
+	pid0 := kubeletPID(t, n)
+	off := guestNow(t, n).Sub(time.Now()) // guest clock - this machine's clock
+	patches := waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second)
+	lat, ok := patches[0].latency()
+	if !ok {
+		t.Fatalf("\"Node status patched\" without a LATENCY: %s", journalFields(patches[0]))
+	}
+	r.uevent = patches[0].Time().Add(-lat)
+	restarting := waitDaemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark, timeout)
+	began := restarting[0].Time()
+	restarted := waitDaemonLog(t, n, "kubelet restarted", began, 2*time.Minute)
+	for _, e := range append(restarting, restarted...) {
+		t.Logf("%s: journal: %s %q: %s", what, e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+	}
+	if failed := daemonLog(t, n, "kubelet restart failed", mark); len(failed) > 0 {
+		t.Errorf("%s: %q: %s", what, failed[0].Message(), journalFields(failed[0]))
+	}
+	r.restart = restarted[0].Time().Sub(r.uevent)
+	nd := waitNode(t, cs, n.Name(), what+": Ready by the kubelet node-resized restarted, with the new capacity", 2*time.Minute, func(nd *corev1.Node) bool {
+		return readyAfter(nd, began) && want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+	})
+	r.ready = time.Now().Add(off).Sub(r.uevent)
+	r.pid = kubeletPID(t, n)
+	if r.pid == pid0 || r.pid == "0" {
+		t.Errorf("%s: kubelet MainPID %s after the restart (was %s)", what, r.pid, pid0)
+	}
+	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
+	var kubeletWrites int
+	for _, v := range s.hist.all() {
+		if v.manager != "kubelet" || v.at.Before(began.Add(-off)) {
+			continue
+		}
+		kubeletWrites++
+		if !want(v) {
+			t.Errorf("%s: the restarted kubelet wrote %v: not the new capacity", what, v)
+		}
+	}
+	if kubeletWrites == 0 {
+		t.Errorf("%s: no status write by the restarted kubelet", what)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		got := daemonMetric(t, n, "node_resized_kubelet_stale")
+		if got == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: node_resized_kubelet_stale = %v 15s after the kubelet is back Ready with the new capacity", what, got)
+			break
+		}
+	}
+	return r
 }
