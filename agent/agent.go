@@ -121,6 +121,9 @@ type Status struct {
 	Error            string            `json:"error,omitempty"`
 	Decisions        uint64            `json:"decisions"`
 	LastDecision     time.Time         `json:"lastDecision,omitempty"`
+	// Taint is the taint node-resized keeps on the Node while the kubelet
+	// has not adopted a loss (--taint-while-stale); empty when none.
+	Taint string `json:"taint,omitempty"`
 	// Kubelet is what is known of the running kubelet and of its
 	// restarts; nil while nothing is.
 	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
@@ -621,6 +624,12 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 		Condition:        d.Condition,
 		Decisions:        a.status.Decisions + 1,
 		LastDecision:     p.in.Now,
+	}
+	if d.Next.Tainted {
+		a.status.Taint = decide.TaintKey + ":NoSchedule"
+		a.m.Tainted.Set(1)
+	} else {
+		a.m.Tainted.Set(0)
 	}
 	if d.Err != nil {
 		a.status.Error = d.Err.Error()

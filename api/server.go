@@ -302,6 +302,7 @@ func kubernetesStatus(info Info) *KubernetesStatus {
 			LastTransitionTime: st.Condition.LastTransitionTime,
 		},
 		Error: st.Error,
+		Taint: st.Taint,
 	}
 	if st.Configured.Invalid != "" {
 		out.Configured = map[string]string{"invalid": st.Configured.Invalid}

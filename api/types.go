@@ -60,6 +60,9 @@ type KubernetesStatus struct {
 	LastPatch        time.Time         `json:"lastPatch,omitempty"`
 	PatchError       string            `json:"patchError,omitempty"`
 	PatchPending     bool              `json:"patchPending"`
+	// Taint is the taint node-resized keeps on the Node until the kubelet
+	// has adopted a loss (--taint-while-stale); empty when none.
+	Taint string `json:"taint,omitempty"`
 }
 
 // Condition is the CapacityConfigured condition.

@@ -76,6 +76,9 @@ type Metrics struct {
 	// result (systemd's job result: done, failed, timeout, …; error when
 	// the restart did not get a result).
 	KubeletRestarts *prometheus.CounterVec
+	// Tainted is 1 while node-resized keeps its NoSchedule taint on the
+	// Node (--taint-while-stale, from a loss until the kubelet adopts it).
+	Tainted prometheus.Gauge
 }
 
 // New creates the metrics and registers them, with the Go runtime and
@@ -172,6 +175,11 @@ func New() *Metrics {
 			Name:      "kubelet_restarts_total",
 			Help:      "Kubelet restarts node-resized did so that the kubelet adopts a capacity, by result (systemd's job result, or error).",
 		}, []string{"result"}),
+		Tainted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "node_tainted",
+			Help:      "1 while node-resized keeps the NoSchedule taint node-resized.io/capacity-changing on its Node (--taint-while-stale: from a loss until the kubelet has adopted it), 0 otherwise.",
+		}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -179,7 +187,7 @@ func New() *Metrics {
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.IncrementalMismatch, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
-		m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts,
+		m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
 	)
 	return m
 }

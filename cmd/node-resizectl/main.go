@@ -209,6 +209,9 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		if k.NodeName != "" {
 			fmt.Fprintf(tw, "API relay:\t%s\n", relay)
 		}
+		if k.Taint != "" {
+			fmt.Fprintf(tw, "Taint:\t%s (new pods kept off until the kubelet has adopted the change)\n", k.Taint)
+		}
 	}
 	if k := st.Kubelet; k != nil {
 		printKubelet(tw, k, st.Now)

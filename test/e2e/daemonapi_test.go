@@ -55,6 +55,7 @@ type daemonKubernetes struct {
 	Patches      uint64              `json:"patches"`
 	PatchPending bool                `json:"patchPending"`
 	PatchError   string              `json:"patchError"`
+	Taint        string              `json:"taint"`
 }
 
 // daemonAPI calls the daemon's API on its socket.

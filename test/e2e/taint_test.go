@@ -86,6 +86,9 @@ func TestNoSchedulingWhileTheKubeletIsStale(t *testing.T) {
 		t.Fatalf("the Node shows cpu 2 without the taint: %+v", n.Spec.Taints)
 	}
 	e.waitEvent("Warning/EmergencyCapacityReduced")
+	if st := e.mustStatus(); st.Kubernetes == nil || st.Kubernetes.Taint != staleTaintKey+":NoSchedule" {
+		t.Fatalf("the daemon's status does not show the taint: %+v", st.Kubernetes)
+	}
 	// The stale kubelet rewrites status.capacity to its boot-time 4 CPUs
 	// within 10 s: that is how the daemon learns its view.
 	waitKubeletView(t, e, 4)
@@ -134,6 +137,9 @@ func TestNoSchedulingWhileTheKubeletIsStale(t *testing.T) {
 	}
 	waitBound(t, pods, small.Name, nodeTaint)
 	waitUnschedulable(t, pods, big.Name, corev1.ResourceCPU)
+	if st := e.mustStatus(); st.Kubernetes == nil || st.Kubernetes.Taint != "" {
+		t.Fatalf("the daemon's status shows a taint after it was lifted: %+v", st.Kubernetes)
+	}
 }
 
 // waitUntolerated waits until the scheduler reports pod name Unschedulable
