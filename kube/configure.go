@@ -38,7 +38,7 @@ type NodeConfig struct {
 // inside a pod). The logger receives the watch's retried failures as
 // warnings (nil: none).
 func ConnectNodeConfig(kubeconfig, name string, log *slog.Logger) (*NodeConfig, error) {
-	cfg, err := RestConfig(kubeconfig)
+	cfg, err := restConfig(kubeconfig, "point --kubeconfig at a readable kubeconfig; the kubelet's own is readable by root only")
 	if err != nil {
 		return nil, err
 	}
