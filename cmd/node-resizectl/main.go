@@ -43,8 +43,7 @@ Commands:
   events [--follow]  recent changes with their cause and detection latency; --follow streams new ones
   resync             rebuild the model from sysfs now and show what changed
   version            versions of node-resizectl and of the daemon
-  resize             set the Node's configured capacity (KEP-3953) and, with --wait, follow
-                     node-resized's CapacityConfigured condition until it answers
+  resize             set the Node's configured capacity; --wait follows node-resized's answer
 
 Flags (before or after the command):
   --socket PATH      the daemon's socket (default %s, or $NODE_RESIZED_SOCKET)
