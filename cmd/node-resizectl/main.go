@@ -52,7 +52,7 @@ Flags (before or after the command):
 resize flags:
   --cpu, --memory, --ephemeral-storage, --hugepages-2Mi, --hugepages-1Gi QUANTITY
                      the configured amount of that resource (e.g. --cpu 4 --memory 8Gi)
-  --set NAME=QUANTITY  any other resource node-resized manages (repeatable)
+  --set NAME=QUANTITY  any resource node-resized manages by name (repeatable)
   --clear            remove the configured capacity: the node follows its hardware
   --wait             follow the condition until node-resized answers for this request
   --timeout D        give up after D (default 5m, 0: no limit)
