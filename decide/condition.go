@@ -1,6 +1,9 @@
 package decide
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // condition decides the CapacityConfigured condition as it stands after the
 // pass, with its transition time, and the kubelet step's verdict. It records
@@ -10,6 +13,9 @@ func (p pass) condition(pl plan, next *State) (Condition, kubeletOutcome) {
 	var ks kubeletOutcome
 	if !shrinking {
 		cond, ks = p.settledCondition(pl, next)
+	}
+	if p.ev.present {
+		cond.Message = requestPhrase(p.ev.key) + ": " + cond.Message
 	}
 	if cond.Status == p.prev.Condition.Status && cond.Reason == p.prev.Condition.Reason {
 		cond.LastTransitionTime = p.prev.Condition.LastTransitionTime
@@ -64,20 +70,20 @@ func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome)
 		ks.note = ""
 		msg := fmt.Sprintf("capacity %s applied; %s", pl.desired, reservedGone(m))
 		if pl.mode == ReasonEmergencyReduced {
-			msg = fmt.Sprintf("physical capacity fell below the configured capacity %s; capacity clamped to %s; %s", p.ev.key, next.EmergencyTarget, reservedGone(m))
+			msg = fmt.Sprintf("physical capacity fell below it; capacity clamped to %s; %s", next.EmergencyTarget, reservedGone(m))
 		}
 		return Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced, Message: msg}, ks
 	}
 	switch pl.mode {
 	case ReasonInfeasible:
 		return Condition{Status: StatusFalse, Reason: ReasonInfeasible,
-			Message: fmt.Sprintf("configured capacity %s is not applied: %s; capacity held at %s",
-				p.ev.key, p.ev.problems(p.phys), pl.desired)}, kubeletOutcome{}
+			Message: fmt.Sprintf("not applied: %s; capacity held at %s",
+				p.ev.problems(p.phys), pl.desired)}, kubeletOutcome{}
 	case ReasonEmergencyReduced:
 		ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
 		return Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced,
-			Message: fmt.Sprintf("physical capacity fell below the configured capacity %s; capacity clamped to %s and held until the configured capacity is lowered to at most the physical capacity",
-				p.ev.key, next.EmergencyTarget)}, ks
+			Message: fmt.Sprintf("physical capacity fell below it; capacity clamped to %s and held until the configured capacity is lowered to at most the physical capacity",
+				next.EmergencyTarget)}, ks
 	}
 	// Accepted.
 	ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
@@ -93,4 +99,26 @@ func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome)
 		msg += "; " + ks.note
 	}
 	return Condition{Status: StatusTrue, Reason: ReasonAccepted, Message: msg}, ks
+}
+
+// requestPhrase names a configured capacity by its Key. While one is
+// present, every condition message starts with it and a colon.
+func requestPhrase(key string) string { return "configured capacity " + key }
+
+// DecidedFor reports whether the condition was decided for the configured
+// capacity c, going by its message: while a configured capacity is present
+// every message starts with "configured capacity <c.Key()>: ", and none
+// starts with "configured capacity " while it is absent. The Node condition
+// has no observedGeneration (and an annotation has no generation at all), so
+// this is how whoever set a value tells a condition decided for it from
+// one left from an earlier value. A condition decided for an earlier,
+// equal value counts: it is the same request.
+func (c Condition) DecidedFor(conf Configured) bool {
+	if c.Message == "" {
+		return false
+	}
+	if !conf.Present {
+		return !strings.HasPrefix(c.Message, requestPhrase(""))
+	}
+	return strings.HasPrefix(c.Message, requestPhrase(conf.Key())+": ")
 }

@@ -54,5 +54,5 @@ func ExampleDecide() {
 	//   PatchNodeStatus
 	//   ClampCgroups
 	//   Evict
-	// Accepted capacity cpu=4, memory=32Gi applied
+	// Accepted configured capacity {"cpu":"4"}: capacity cpu=4, memory=32Gi applied
 }

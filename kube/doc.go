@@ -19,6 +19,11 @@
 // the kubelet's memory-pressure order, through the Eviction API so that
 // PodDisruptionBudgets are honoured (see Rank).
 //
+// NodeConfig is node-resizectl's side: it sets a Node's configured capacity
+// where the daemon reads it (spec.configuredCapacity when the API server
+// keeps it, the annotation otherwise) and watches the Node while the daemon
+// answers in its CapacityConfigured condition.
+//
 // Every retry after a failed API call (a patch, a watch restart, a pod list
 // or an eviction) backs off exponentially up to a cap, and each wait is
 // jittered, so that the nodes of a fleet do not retry in lockstep after an

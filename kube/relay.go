@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -120,18 +119,24 @@ func (o Options) withDefaults() Options {
 // RestConfig builds the client configuration from a kubeconfig path, or
 // the in-cluster config when path is empty or absent inside a pod.
 func RestConfig(path string) (*rest.Config, error) {
+	return restConfig(path, "point --kubeconfig at a readable kubeconfig, or run --standalone")
+}
+
+// restConfig is RestConfig; hint says what to do when no configuration
+// can be had.
+func restConfig(path, hint string) (*rest.Config, error) {
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	if path != "" {
 		if _, err := os.Stat(path); err == nil || !inCluster {
 			cfg, err := clientcmd.BuildConfigFromFlags("", path)
 			if err != nil {
-				return nil, fmt.Errorf("load kubeconfig %s: %w (point --kubeconfig at a readable kubeconfig, or run --standalone)", path, err)
+				return nil, fmt.Errorf("load kubeconfig %s: %w (%s)", path, err, hint)
 			}
 			return cfg, nil
 		}
 	}
 	if !inCluster {
-		return nil, errors.New("no kubeconfig given and not running in a pod (set --kubeconfig, or run --standalone)")
+		return nil, fmt.Errorf("no kubeconfig given and not running in a pod (%s)", hint)
 	}
 	cfg, err := rest.InClusterConfig()
 	if err != nil {

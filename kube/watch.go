@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/node-resized/node-resized/decide"
@@ -107,15 +108,21 @@ func (h retriedHandler) WithGroup(name string) slog.Handler {
 
 // nodeListWatch lists and watches only this Node, as unstructured objects.
 func (r *Relay) nodeListWatch() cache.ListerWatcher {
-	sel := fields.OneTermEqualSelector("metadata.name", r.opts.NodeName).String()
+	return nodeListWatch(r.nodes, r.opts.NodeName)
+}
+
+// nodeListWatch lists and watches only the Node name, as unstructured
+// objects.
+func nodeListWatch(nodes dynamic.ResourceInterface, name string) cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	return noWatchList{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return r.nodes.List(ctx, o)
+			return nodes.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return r.nodes.Watch(ctx, o)
+			return nodes.Watch(ctx, o)
 		},
 	}}
 }

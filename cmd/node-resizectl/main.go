@@ -1,5 +1,7 @@
 // Command node-resizectl asks a running node-resized daemon, over its unix
-// socket, what the machine looks like and what changed.
+// socket, what the machine looks like and what changed; its resize command
+// sets the Node's configured capacity through the API server (package kube)
+// and follows the daemon's answer.
 package main
 
 import (
@@ -18,6 +20,8 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
@@ -27,7 +31,8 @@ import (
 var version = "dev"
 
 const usage = `node-resizectl asks the node-resized daemon what this machine looks like
-and what changed, over its unix socket.
+and what changed, over its unix socket, and sets the Node's configured
+capacity through the API server.
 
 Usage:
   node-resizectl [--socket PATH] [-o table|json] COMMAND [flags]
@@ -38,15 +43,39 @@ Commands:
   events [--follow]  recent changes with their cause and detection latency; --follow streams new ones
   resync             rebuild the model from sysfs now and show what changed
   version            versions of node-resizectl and of the daemon
+  resize             set the Node's configured capacity; --wait follows node-resized's answer
 
 Flags (before or after the command):
   --socket PATH      the daemon's socket (default %s, or $NODE_RESIZED_SOCKET)
-  -o FORMAT          table (default) or json
+  -o FORMAT          table (default) or json (not for resize)
+
+resize flags:
+  --cpu, --memory, --ephemeral-storage, --hugepages-2Mi, --hugepages-1Gi QUANTITY
+                     the configured amount of that resource (e.g. --cpu 4 --memory 8Gi)
+  --set NAME=QUANTITY  any resource node-resized manages by name (repeatable)
+  --clear            remove the configured capacity: the node follows its hardware
+  --wait             follow the condition until node-resized answers for this request
+  --timeout D        give up after D (default 5m, 0: no limit)
+  --kubeconfig PATH  the identity that writes the Node (default %s, the
+                     kubelet's own, as node-resized's)
+  --node-name NAME   the Node (default $NODE_NAME, else the hostname)
+  The value goes to spec.configuredCapacity when the API server keeps that
+  field, otherwise to the annotation %s.
+
+Exit status:
+  0   done (resize --wait: Accepted)
+  1   the command failed (resize --wait: Infeasible or EmergencyReduced, with the
+      condition's message, or the value was changed by someone else meanwhile)
+  2   resize: node-resized did not answer for the request within --timeout
+  3   resize: the kubeconfig, the API server or the Node failed or refused the
+      write (or the watch)
+  64  bad flags or arguments
 
 Examples:
   node-resizectl status
   node-resizectl events --follow
   node-resizectl -o json topology | jq '.nodes[].cpus'
+  node-resizectl resize --cpu 4 --memory 8Gi --wait --timeout 10m
   curl --unix-socket %s http://localhost/v1/status
 `
 
@@ -78,7 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	top := flag.NewFlagSet("node-resizectl", flag.ContinueOnError)
 	top.SetOutput(io.Discard) // a wrong flag is one line, not the whole usage
 	top.Usage = func() {}
-	printUsage := func(w io.Writer) { fmt.Fprintf(w, usage, api.DefaultSocket, api.DefaultSocket) }
+	printUsage := func(w io.Writer) {
+		fmt.Fprintf(w, usage, api.DefaultSocket, kube.DefaultKubeconfig, decide.AnnotationConfiguredCapacity, api.DefaultSocket)
+	}
 	g.register(top)
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,11 +117,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		fmt.Fprintf(stderr, "node-resizectl: %v (see node-resizectl --help)\n", err)
-		return 2
+		return exitUsage
 	}
 	if top.NArg() == 0 {
 		printUsage(stderr)
-		return 2
+		return exitUsage
 	}
 	cmd, rest := top.Arg(0), top.Args()[1:]
 	if cmd == "help" {
@@ -107,23 +138,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		sub.BoolVar(&follow, "follow", false, "keep streaming new changes as they happen")
 		sub.BoolVar(&follow, "f", false, "short for --follow")
 	}
+	var rf resizeFlags
+	if cmd == "resize" {
+		rf.register(sub)
+	}
 	if err := sub.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, "Usage: node-resizectl [global flags] %s [flags]\n\nFlags:\n", cmd)
 			sub.SetOutput(stdout)
 			sub.PrintDefaults()
+			if cmd == "resize" {
+				fmt.Fprint(stdout, resizeHelp)
+			}
 			return 0
 		}
 		fmt.Fprintf(stderr, "node-resizectl %s: %v (see node-resizectl %s --help)\n", cmd, err, cmd)
-		return 2
+		return exitUsage
 	}
 	if sub.NArg() > 0 {
 		fmt.Fprintf(stderr, "node-resizectl %s: unexpected argument %q\n", cmd, sub.Arg(0))
-		return 2
+		return exitUsage
 	}
 	if g.output != "table" && g.output != "json" {
 		fmt.Fprintf(stderr, "node-resizectl: -o: want table or json, got %q\n", g.output)
-		return 2
+		return exitUsage
+	}
+	if cmd == "resize" {
+		if g.output != "table" {
+			fmt.Fprintln(stderr, "node-resizectl resize: -o json: resize prints text only (read the Node for its state)")
+			return exitUsage
+		}
+		want, err := rf.request()
+		if err != nil {
+			fmt.Fprintf(stderr, "node-resizectl resize: %v (see node-resizectl resize --help)\n", err)
+			return exitUsage
+		}
+		return resize(ctx, &rf, want, stdout, stderr)
 	}
 
 	c := api.NewClient(g.socket)
@@ -141,13 +191,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = showVersion(ctx, c, g, stdout)
 	default:
 		fmt.Fprintf(stderr, "node-resizectl: unknown command %q (see node-resizectl --help)\n", cmd)
-		return 2
+		return exitUsage
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "node-resizectl:", err)
-		return 1
+		return exitFailed
 	}
-	return 0
+	return exitOK
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -2,8 +2,9 @@
 #
 # node-resizectl [--socket PATH] [-o table|json] COMMAND [flags]
 # Flags may come before or after the command (Go's flag package: one or two
-# dashes, "--flag value" or "--flag=value"); only events has a flag of its
-# own (--follow, -f). Commands take no arguments.
+# dashes, "--flag value" or "--flag=value"); events has a flag of its own
+# (--follow, -f), resize has its own (resources, --set, --clear, --wait,
+# --timeout, --kubeconfig, --node-name). Commands take no arguments.
 
 _node_resizectl() {
 	local cur prev cmd i w
@@ -29,6 +30,20 @@ _node_resizectl() {
 	-o | --o | -output | --output)
 		COMPREPLY=($(compgen -W "table json" -- "$cur"))
 		return 0
+		;;
+	-kubeconfig | --kubeconfig)
+		compopt -o filenames 2>/dev/null
+		mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+		return 0
+		;;
+	-set | --set)
+		compopt -o nospace 2>/dev/null
+		COMPREPLY=($(compgen -W "cpu= memory= ephemeral-storage= hugepages-2Mi= hugepages-1Gi=" -- "$cur"))
+		return 0
+		;;
+	-cpu | --cpu | -memory | --memory | -ephemeral-storage | --ephemeral-storage | \
+		-hugepages-* | --hugepages-* | -timeout | --timeout | -node-name | --node-name)
+		return 0 # a value of the user's
 		;;
 	esac
 
@@ -59,12 +74,13 @@ _node_resizectl() {
 	-*)
 		local flags="--socket --output -o --help"
 		[ "$cmd" = "events" ] && flags="$flags --follow -f"
+		[ "$cmd" = "resize" ] && flags="$flags --cpu --memory --ephemeral-storage --hugepages-2Mi --hugepages-1Gi --set --clear --wait --timeout --kubeconfig --node-name"
 		COMPREPLY=($(compgen -W "$flags" -- "$cur"))
 		return 0
 		;;
 	esac
 	if [ -z "$cmd" ]; then
-		COMPREPLY=($(compgen -W "status topology events resync version help" -- "$cur"))
+		COMPREPLY=($(compgen -W "status topology events resync version resize help" -- "$cur"))
 	fi
 	return 0
 }

@@ -27,7 +27,7 @@ func helpText(t *testing.T, bin string, args ...string) string {
 // flagNames lists the flags in the output of Go's flag.PrintDefaults.
 func flagNames(usage string) []string {
 	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`).FindAllStringSubmatch(usage, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z][a-zA-Z0-9-]*)`).FindAllStringSubmatch(usage, -1) {
 		names = append(names, m[1])
 	}
 	return names
@@ -83,7 +83,7 @@ func TestCompletion(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	for _, cmd := range []string{"status", "events"} {
+	for _, cmd := range []string{"status", "events", "resize"} {
 		want := dashed(append(flagNames(helpText(t, ctl, cmd)), "help"))
 		if got := complete(t, script, cmd, "-"); !slices.Equal(got, want) {
 			t.Errorf("flags of %s: %v, want %v (node-resizectl %s --help)", cmd, got, want, cmd)
@@ -103,12 +103,19 @@ func TestCompletion(t *testing.T) {
 		{[]string{"--output", "=", ""}, []string{"json", "table"}},
 		{[]string{"-o", "json", "e"}, []string{"events"}},
 		{[]string{"--socket", sock, "e"}, []string{"events"}},
-		{[]string{"--socket", "=", sock, "r"}, []string{"resync"}},
+		{[]string{"--socket", "=", sock, "r"}, []string{"resize", "resync"}},
 		{[]string{"--socket", filepath.Join(dir, "api")}, []string{sock}},
 		{[]string{"--socket", "=", filepath.Join(dir, "a")}, []string{sock}},
 		{[]string{"status", ""}, nil},
 		{[]string{"events", "--f"}, []string{"--follow"}},
 		{[]string{"status", "--f"}, nil},
+		{[]string{"resi"}, []string{"resize"}},
+		{[]string{"resize", "--c"}, []string{"--clear", "--cpu"}},
+		{[]string{"resize", "--hu"}, []string{"--hugepages-1Gi", "--hugepages-2Mi"}},
+		{[]string{"resize", "--cpu", ""}, nil},
+		{[]string{"resize", "--set", "h"}, []string{"hugepages-1Gi=", "hugepages-2Mi="}},
+		{[]string{"resize", "--kubeconfig", filepath.Join(dir, "api")}, []string{sock}},
+		{[]string{"status", "--cl"}, nil},
 	} {
 		if got := complete(t, script, c.words...); !slices.Equal(got, c.want) {
 			t.Errorf("node-resizectl %s<TAB>: %v, want %v", strings.Join(c.words, " "), got, c.want)
