@@ -194,7 +194,9 @@ func installCRD(t *testing.T, c dynamic.Interface, path string) {
 }
 
 // grantNRT gives user what packaging/rbac.yaml gives node-resized on
-// NodeResourceTopology objects, for the rest of the test.
+// NodeResourceTopology objects, for the rest of the test: create and
+// patch (an apply that creates the object is authorized as both; without
+// create it is refused).
 func grantNRT(t *testing.T, e *env, user string) {
 	t.Helper()
 	ctx := context.Background()
@@ -204,7 +206,7 @@ func grantNRT(t *testing.T, e *env, user string) {
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{"topology.node.k8s.io"},
 			Resources: []string{"noderesourcetopologies"},
-			Verbs:     []string{"get", "create", "patch", "update"},
+			Verbs:     []string{"create", "patch"},
 		}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
