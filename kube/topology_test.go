@@ -24,12 +24,12 @@ import (
 )
 
 const (
-	gi = 1 << 30
-	mi = 1 << 20
+	giB = 1 << 30
+	miB = 1 << 20
 )
 
-// cpus returns online CPUs ids on one socket.
-func cpus(ids ...int) []topology.CPU {
+// zoneCPUs returns the online CPUs ids, two to a core, on one socket.
+func zoneCPUs(ids ...int) []topology.CPU {
 	out := make([]topology.CPU, len(ids))
 	for i, id := range ids {
 		out[i] = topology.CPU{ID: id, CoreID: id / 2}
@@ -44,11 +44,11 @@ func twoNodes() *topology.Snapshot {
 	return &topology.Snapshot{
 		CPUs: topology.CPUs{Online: topology.CPUSet{0, 1, 2, 3, 4, 5}},
 		Nodes: []topology.Node{
-			{ID: 0, CPUs: cpus(0, 1, 2, 3), MemTotal: 4 * gi, Distances: []int{10, 21}},
-			{ID: 1, CPUs: cpus(4, 5), MemTotal: 2 * gi, Distances: []int{21, 10},
-				Hugepages: []topology.Hugepages{{PageSize: 2 * mi, Count: 512}}},
+			{ID: 0, CPUs: zoneCPUs(0, 1, 2, 3), MemTotal: 4 * giB, Distances: []int{10, 21}},
+			{ID: 1, CPUs: zoneCPUs(4, 5), MemTotal: 2 * giB, Distances: []int{21, 10},
+				Hugepages: []topology.Hugepages{{PageSize: 2 * miB, Count: 512}}},
 		},
-		MemTotal: 6 * gi,
+		MemTotal: 6 * giB,
 	}
 }
 
@@ -75,7 +75,7 @@ func zoneLines(zones []TopologyZone) []string {
 }
 
 func TestBuildTopology(t *testing.T) {
-	noNUMA := &topology.Snapshot{CPUs: topology.CPUs{Online: topology.CPUSet{0, 1}}, MemTotal: 4 * gi}
+	noNUMA := &topology.Snapshot{CPUs: topology.CPUs{Online: topology.CPUSet{0, 1}}, MemTotal: 4 * giB}
 	oddDistances := twoNodes()
 	oddDistances.Nodes[1].Distances = []int{21} // a short distance file
 	for _, tc := range []struct {
@@ -107,8 +107,8 @@ func TestBuildTopology(t *testing.T) {
 			name: "reservedMemory for memory and hugepages",
 			snap: twoNodes(),
 			kt: KubeletTopology{ReservedMemory: map[int]map[string]uint64{
-				0: {"memory": 512 * mi},
-				1: {"memory": 256 * mi, "hugepages-2Mi": 4 * mi},
+				0: {"memory": 512 * miB},
+				1: {"memory": 256 * miB, "hugepages-2Mi": 4 * miB},
 			}},
 			zones: []string{
 				"node-0 Node [node-0=10 node-1=21] cpu=4/4/4 memory=4Gi/3584Mi/3584Mi",
@@ -119,7 +119,7 @@ func TestBuildTopology(t *testing.T) {
 			name: "reservations above the node's capacity leave nothing",
 			snap: twoNodes(),
 			kt: KubeletTopology{ReservedCPUs: topology.CPUSet{4, 5}, ReservedMemory: map[int]map[string]uint64{
-				1: {"memory": 2 * gi},
+				1: {"memory": 2 * giB},
 			}},
 			zones: []string{
 				"node-0 Node [node-0=10 node-1=21] cpu=4/4/4 memory=4Gi/4Gi/4Gi",
@@ -205,7 +205,7 @@ func TestBuildTopology(t *testing.T) {
 // zone: the field names of topology.node.k8s.io/v1alpha2 and the
 // quantities as the kubelet writes them.
 func TestBuildTopologyWire(t *testing.T) {
-	snap := &topology.Snapshot{Nodes: []topology.Node{{ID: 0, CPUs: cpus(0, 1), MemTotal: 2 * gi, Distances: []int{10}}}}
+	snap := &topology.Snapshot{Nodes: []topology.Node{{ID: 0, CPUs: zoneCPUs(0, 1), MemTotal: 2 * giB, Distances: []int{10}}}}
 	b, err := json.Marshal(BuildTopology("worker-1", "uid-1", snap, KubeletTopology{ReservedCPUs: topology.CPUSet{1}}))
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestTopologyPublisherRetriesTheNewest(t *testing.T) {
 	p.Publish(first, time.Now())
 	<-rec.got // the first try failed; a smaller machine arrives meanwhile
 	second := twoNodes()
-	second.Nodes[0].CPUs = cpus(0, 1)
+	second.Nodes[0].CPUs = zoneCPUs(0, 1)
 	p.Publish(second, time.Now())
 	waitFor(t, "an apply", func() bool { _, a := rec.snapshot(); return len(a) == 1 })
 	tries, applies := rec.snapshot()
@@ -330,8 +330,8 @@ func TestTopologyPublisherRetriesTheNewest(t *testing.T) {
 
 	// The same machine again (a change the object does not show): no write.
 	same := twoNodes()
-	same.Nodes[0].CPUs = cpus(0, 1)
-	same.MemoryBlockSize = 128 * mi
+	same.Nodes[0].CPUs = zoneCPUs(0, 1)
+	same.MemoryBlockSize = 128 * miB
 	p.Publish(same, time.Time{})
 	waitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
 	if tries2, _ := rec.snapshot(); tries2 != tries {

@@ -74,7 +74,7 @@ topologyManagerScope: pod
 
 	// Under the node identity alone the write is forbidden; the daemon
 	// says so and keeps going.
-	refused := waitRecord(t, e, "publish NodeResourceTopology; will retry", func(r map[string]any) bool {
+	refused := waitDaemonRecord(t, e, "publish NodeResourceTopology; will retry", func(r map[string]any) bool {
 		return strings.Contains(fmt.Sprint(r["err"]), "forbidden")
 	})
 	t.Logf("under system:node:%s alone: %v", nodeNRT, refused["err"])
@@ -147,8 +147,8 @@ topologyManagerScope: pod
 			}
 		}
 	}
-	t.Logf("tree change → object seen changed by a watch, 10 cpu1 changes: %s", summary(lat))
-	t.Logf("uevent → apply acknowledged, the daemon's own measure: %s", summary(applied2))
+	t.Logf("tree change → object seen changed by a watch, 10 cpu1 changes: %s", nrtLatencies(lat))
+	t.Logf("uevent → apply acknowledged, the daemon's own measure: %s", nrtLatencies(applied2))
 	for i, l := range lat {
 		if l > time.Second {
 			t.Errorf("change %d: the object followed after %s, want within 1s", i+1, l)
@@ -228,9 +228,9 @@ func grantNRT(t *testing.T, e *env, user string) {
 	})
 }
 
-// waitRecord waits (30s at most) for a daemon log record msg that ok
+// waitDaemonRecord waits (30s at most) for a daemon log record msg that ok
 // accepts.
-func waitRecord(t *testing.T, e *env, msg string, ok func(map[string]any) bool) map[string]any {
+func waitDaemonRecord(t *testing.T, e *env, msg string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, r := range e.d.Stderr.Records(msg) {
@@ -260,10 +260,10 @@ func waitNRT(t *testing.T, nrts dynamic.NamespaceableResourceInterface, what str
 // nrtWatch is a watch of the Node's object that stamps each version with
 // its arrival.
 type nrtWatch struct {
-	seen chan stamped
+	seen chan nrtVersion
 }
 
-type stamped struct {
+type nrtVersion struct {
 	at  time.Time
 	obj *unstructured.Unstructured
 }
@@ -279,12 +279,12 @@ func watchNRT(t *testing.T, nrts dynamic.NamespaceableResourceInterface, from st
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &nrtWatch{seen: make(chan stamped, 1000)}
+	w := &nrtWatch{seen: make(chan nrtVersion, 1000)}
 	go func() {
 		defer wi.Stop()
 		for ev := range wi.ResultChan() {
 			if o, ok := ev.Object.(*unstructured.Unstructured); ok {
-				w.seen <- stamped{at: time.Now(), obj: o}
+				w.seen <- nrtVersion{at: time.Now(), obj: o}
 			}
 		}
 		close(w.seen)
@@ -355,8 +355,8 @@ func nrtAttributes(o *unstructured.Unstructured) string {
 	return strings.Join(out, " ")
 }
 
-// summary is "n=10 min=… median=… max=…".
-func summary(d []time.Duration) string {
+// nrtLatencies is "n=10 min=… median=… max=…".
+func nrtLatencies(d []time.Duration) string {
 	if len(d) == 0 {
 		return "none"
 	}
