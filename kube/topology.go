@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,15 +191,7 @@ func zone(n topology.Node, all []topology.Node, kt KubeletTopology) TopologyZone
 		add(name, size, size-int64(reserved[name]))
 	}
 	add(resources.Memory, int64(n.MemTotal), int64(n.MemTotal)-huge-int64(reserved[resources.Memory]))
-	slices.SortFunc(z.Resources, func(a, b TopologyResourceInfo) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(z.Resources, func(a, b TopologyResourceInfo) int { return strings.Compare(a.Name, b.Name) })
 	return z
 }
 
@@ -432,20 +425,16 @@ func (p *TopologyPublisher) failed(err error, retryIn time.Duration) {
 
 // zoneSummary is "node-0 cpu 2 memory 2Gi, node-1 ..." for the log.
 func zoneSummary(zones []TopologyZone) string {
-	var b []byte
+	parts := make([]string, len(zones))
 	for i, z := range zones {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, z.Name...)
+		var b strings.Builder
+		b.WriteString(z.Name)
 		for _, r := range z.Resources {
 			if r.Name == resources.CPU || r.Name == resources.Memory {
-				b = append(b, ' ')
-				b = append(b, r.Name...)
-				b = append(b, ' ')
-				b = append(b, r.Capacity.String()...)
+				fmt.Fprintf(&b, " %s %s", r.Name, r.Capacity.String())
 			}
 		}
+		parts[i] = b.String()
 	}
-	return string(b)
+	return strings.Join(parts, ", ")
 }
