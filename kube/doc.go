@@ -24,9 +24,17 @@
 // keeps it, the annotation otherwise) and watches the Node while the daemon
 // answers in its CapacityConfigured condition.
 //
-// Every retry after a failed API call (a patch, a watch restart, a pod list
-// or an eviction) backs off exponentially up to a cap, and each wait is
-// jittered, so that the nodes of a fleet do not retry in lockstep after an
-// API server outage. The Relay and the Evictor take their clock from their
-// options.
+// The TopologyPublisher keeps the Node's NodeResourceTopology object
+// (topology.node.k8s.io/v1alpha2, the custom resource of node-feature-
+// discovery's topology-updater and the scheduler's
+// NodeResourceTopologyMatch plugin) equal to the newest machine model: one
+// zone per NUMA node, written with server-side apply and owned by the
+// Node (see BuildTopology). It is told of each model change and writes at
+// once; it does not poll.
+//
+// Every retry after a failed API call (a patch, a watch restart, a pod list,
+// an eviction or a NodeResourceTopology write) backs off exponentially up to
+// a cap, and each wait is jittered, so that the nodes of a fleet do not retry
+// in lockstep after an API server outage. The Relay and the Evictor take
+// their clock from their options.
 package kube

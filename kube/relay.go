@@ -154,6 +154,8 @@ type Relay struct {
 	// nodes reads the Node as JSON (unstructured), so that fields the
 	// typed client does not know are kept.
 	nodes dynamic.NamespaceableResourceInterface
+	// dyn is the client nodes came from, for other unstructured objects.
+	dyn dynamic.Interface
 	// evictClient is client without client-go's retries of a 429.
 	evictClient kubernetes.Interface
 	log         *slog.Logger
@@ -191,6 +193,7 @@ func New(client kubernetes.Interface, nodes dynamic.Interface, opts Options) *Re
 		opts:     opts,
 		client:   client,
 		nodes:    nodes.Resource(corev1.SchemeGroupVersion.WithResource("nodes")),
+		dyn:      nodes,
 		log:      opts.Logger,
 		m:        opts.Metrics,
 		clock:    opts.Clock,

@@ -55,7 +55,7 @@ type Metrics struct {
 	// and direction (up, down).
 	ResizeRequests *prometheus.CounterVec
 	// ResizeErrors counts failures by subsystem (api_patch, api_watch,
-	// event, state_file, cgroup_update, ...).
+	// api_topology, event, state_file, cgroup_update, ...).
 	ResizeErrors *prometheus.CounterVec
 	// PatchLatency observes the time from the first uevent of a hardware
 	// change to the API server acknowledging the Node status patch.
@@ -141,7 +141,7 @@ func New() *Metrics {
 		ResizeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "resize_errors_total",
-			Help:      "Failures while relaying or enforcing a capacity, by subsystem (api_patch, api_watch, event, state_file, cgroup_update).",
+			Help:      "Failures while relaying or enforcing a capacity, by subsystem (api_patch, api_watch, api_topology, event, state_file, cgroup_update).",
 		}, []string{"subsystem"}),
 		PatchLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace,

@@ -49,7 +49,8 @@ condition and events through the API server. It follows what the running
 kubelet believes (systemd over D-Bus, the kubelet's own status writes, its
 pod-resources API) and, once a change has settled, restarts the kubelet's
 unit so that it adopts it, its CPU and memory manager checkpoints made safe
-first (--kubelet-restart).
+first (--kubelet-restart). With --publish-topology it also keeps the Node's
+NodeResourceTopology object (one zone per NUMA node) equal to the machine.
 
 Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
@@ -112,6 +113,7 @@ type options struct {
 	kubeletFieldManager   string
 	kubeletPodResources   bool
 	taintWhileStale       bool
+	publishTopology       bool
 }
 
 // parseFlags reads the flags. --help prints the usage to help and returns
@@ -157,6 +159,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeletFieldManager, "kubelet-field-manager", kubelet.DefaultFieldManager, "the kubelet's field manager in the Node's managedFields: its status.capacity writes are its view of the machine")
 	fs.BoolVar(&o.kubeletPodResources, "kubelet-pod-resources", true, "ask the kubelet's pod-resources API (<kubelet-root-dir>/pod-resources/kubelet.sock) which CPUs and memory per NUMA node it knows")
 	fs.BoolVar(&o.taintWhileStale, "taint-while-stale", false, "keep new pods off the node with the NoSchedule taint "+decide.TaintKey+" from a capacity loss until the kubelet has adopted it; needs an identity that may patch the Node object (packaging/rbac.yaml): the NodeRestriction admission plugin forbids the kubelet's own identity to change taints")
+	fs.BoolVar(&o.publishTopology, "publish-topology", false, "keep the Node's NodeResourceTopology object (topology.node.k8s.io/v1alpha2, for the scheduler's NodeResourceTopologyMatch plugin) equal to the NUMA topology, rewritten on every change; needs the CRD installed and an identity that may write it (packaging/rbac.yaml): the Node authorizer gives the kubelet's own identity no such right")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
@@ -179,6 +182,8 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	switch {
 	case o.showVersion:
 		return o, nil
+	case o.standalone && o.publishTopology:
+		return nil, errors.New("--publish-topology writes to the API server: drop it, or --standalone")
 	case !o.standalone && o.nodeName == "":
 		return nil, errors.New("--node-name is empty and the hostname is unknown: set --node-name")
 	case o.quiet <= 0:

@@ -32,6 +32,7 @@ type parts struct {
 	onliner  *autoonline.Onliner
 	enforcer *cgroup.Enforcer
 	relay    *kube.Relay
+	nrt      *kube.TopologyPublisher
 	evictor  *kube.Evictor
 	watcher  *kubelet.Watcher
 	systemd  *kubelet.Systemd
@@ -86,6 +87,9 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		// agent decides on a Node and a kubelet view of the same moment.
 		p.relay.Subscribe(p.watcher, p.agent) // both take every view of the Node the relay's watch sees
 	}
+	if p.relay != nil && o.publishTopology {
+		p.nrt = newTopologyPublisher(o, kcfg, p.relay, log, m)
+	}
 	p.readNode(ctx, o, log, m)
 	p.monitor = newMonitor(o, fsys, src, p.subscribers(o, log, m), log, m)
 	if p.socket, p.tcp, err = listeners(o); err != nil {
@@ -113,6 +117,23 @@ func newEnforcer(o *options, kcfg *kubelet.Config, log *slog.Logger, m *metrics.
 		return nil, fmt.Errorf("kubepods cgroup enforcer: %w (run with --enforce=false to only detect and report)", err)
 	}
 	return e, nil
+}
+
+// newTopologyPublisher builds the writer of the Node's
+// NodeResourceTopology object, with what the kubelet's configuration says
+// about topology.
+func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, log *slog.Logger, m *metrics.Metrics) *kube.TopologyPublisher {
+	kt := kube.KubeletTopology{
+		TopologyManagerPolicy: kcfg.TopologyManagerPolicy,
+		ReservedCPUs:          topology.CPUSet(kcfg.ReservedCPUs),
+	}
+	if kcfg.Raw != nil {
+		kt.TopologyManagerScope = kcfg.Raw.TopologyManagerScope
+	}
+	if rm, err := kcfg.ReservedMemory(); err == nil {
+		kt.ReservedMemory = rm
+	}
+	return relay.TopologyPublisher(kube.TopologyOptions{NodeName: o.nodeName, Kubelet: kt, Logger: log, Metrics: m})
 }
 
 // newEvictor builds the emergency evictor of the node's pods.
@@ -232,12 +253,23 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 }
 
 // subscribers are the parts told of every model change, in order: the
-// onliner first (it only queues work), then the decision loop.
+// onliner and the NodeResourceTopology publisher first (they only queue
+// work), then the decision loop.
 func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []monitor.Subscriber {
 	var subs []monitor.Subscriber
 	if o.autoOnline {
 		p.onliner = autoonline.New(o.sysfsRoot, log, m)
 		subs = append(subs, p.onliner)
+	}
+	if p.nrt != nil {
+		// Only queues the newest model for the publisher's worker.
+		subs = append(subs, monitor.SubscriberFunc(func(c monitor.Change, snap *topology.Snapshot) {
+			var since time.Time
+			if c.LatencySeconds > 0 {
+				since = c.Time.Add(-c.Latency())
+			}
+			p.nrt.Publish(snap, since)
+		}))
 	}
 	if p.watcher != nil {
 		subs = append(subs, p.watcher) // is the kubelet stale against the new machine?

@@ -54,6 +54,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	if p.evictor != nil {
 		start("evictor", p.evictor.Run)
 	}
+	if p.nrt != nil {
+		start("NodeResourceTopology publisher", p.nrt.Run)
+	}
 	if p.watcher != nil {
 		start("kubelet watch", p.watcher.Run) // systemd and the pod-resources API, polled
 	}

@@ -49,6 +49,8 @@ type envOptions struct {
 	// faster MemTotal watch than its default.
 	shipped bool
 	args    []string // more daemon flags
+	// mach is the synthetic machine (nil: machine(cpus)).
+	mach *topologytest.Machine
 }
 
 const blockSize = 128 << 20
@@ -83,7 +85,11 @@ func setup(t *testing.T, node string, o envOptions) *env {
 		args = append(args, "--memtotal-interval", "100ms")
 	}
 	if !o.realSysfs {
-		e.tree = machine(o.cpus).WriteTree(t, topologytest.Dir(t))
+		m := machine(o.cpus)
+		if o.mach != nil {
+			m = *o.mach
+		}
+		e.tree = m.WriteTree(t, topologytest.Dir(t))
 		args = append(args, "--sysfs-root", e.tree.Sys, "--procfs-root", e.tree.Proc)
 	}
 	if !o.uevents {

@@ -28,6 +28,7 @@ const (
 	nodeEvict   = "e2e-eviction"
 	nodeTaint   = "e2e-taint"
 	nodeResize  = "e2e-resizectl"
+	nodeNRT     = "e2e-nrt"
 )
 
 var (
@@ -67,7 +68,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)
