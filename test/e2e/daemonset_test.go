@@ -201,6 +201,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	}) {
 		t.Errorf("env %+v: want NODE_NAME from spec.nodeName", c.Env)
 	}
+	if !slices.Contains(c.Args, "--evict-as-node") {
+		t.Errorf("args %q: want --evict-as-node (the ServiceAccount may not evict; see rbac.yaml)", c.Args)
+	}
 	if !slices.Contains(c.Args, "--kubeconfig=") {
 		t.Errorf("args %q: want --kubeconfig= (the in-cluster config)", c.Args)
 	}
