@@ -32,6 +32,10 @@ import (
 // itself.
 const DefaultKubeconfig = "/etc/kubernetes/kubelet.conf"
 
+// NodeUserPrefix + a Node's name is that node's user name, as the Node
+// authorizer and the NodeRestriction admission plugin know it.
+const NodeUserPrefix = "system:node:"
+
 // DefaultQPS and DefaultBurst are the kubelet's own client limits
 // (kubeAPIQPS, kubeAPIBurst): the daemon speaks with the same node identity.
 // client-go's default (5 requests a second, bursts of 10) would throttle a
@@ -77,6 +81,16 @@ type Options struct {
 	// object, which the NodeRestriction admission plugin forbids a node
 	// identity for taints.
 	Taint bool
+	// EvictAsNode makes the evictor's requests (the list of the node's
+	// pods and the evictions) act as the Node's own identity,
+	// system:node:<NodeName>, through constrained impersonation (verb
+	// impersonate:associated-node, on by default since Kubernetes 1.36):
+	// the API server allows it only to a ServiceAccount whose token is
+	// bound to a pod on that Node, and the NodeRestriction admission
+	// plugin then lets it evict only pods bound to that Node, which no
+	// RBAC rule or admission policy on the ServiceAccount itself can say
+	// (an eviction names the pod, not its node).
+	EvictAsNode bool
 }
 
 // validate checks the options a caller sets from flags.
@@ -238,6 +252,9 @@ func connect(cfg *rest.Config, opts Options) (*Relay, error) {
 	// its own schedule and reports the block meanwhile.
 	ecfg := rest.CopyConfig(cfg)
 	ecfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return noRetryAfter{rt} })
+	if opts.EvictAsNode {
+		ecfg.Impersonate = rest.ImpersonationConfig{UserName: NodeUserPrefix + opts.NodeName}
+	}
 	eclient, err := kubernetes.NewForConfig(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("create the eviction client: %w", err)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -391,6 +394,43 @@ func TestClientConfigLimits(t *testing.T) {
 		_, err := Connect(o)
 		if err == nil || !strings.Contains(err.Error(), "must be positive") {
 			t.Errorf("Connect(QPS %v, Burst %d) = %v, want a rejection", o.QPS, o.Burst, err)
+		}
+	}
+}
+
+// TestEvictAsNodeImpersonatesOnlyForEvictions: with EvictAsNode the
+// evictor's client sends Impersonate-User system:node:<name>; the relay's
+// own requests (Node patches, events, the watch) never do.
+func TestEvictAsNodeImpersonatesOnlyForEvictions(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]string{} // path -> Impersonate-User
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		seen[req.URL.Path] = req.Header.Get("Impersonate-User")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"apiVersion":"v1","kind":"PodList","items":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	for _, asNode := range []bool{false, true} {
+		r, err := connect(&rest.Config{Host: srv.URL}, Options{NodeName: "worker-1", EvictAsNode: asNode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := r.EvictionClient().CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = r.client.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}) // the answer is no Node; only the header matters
+		mu.Lock()
+		evict, own := seen["/api/v1/pods"], seen["/api/v1/nodes/worker-1"]
+		mu.Unlock()
+		want := ""
+		if asNode {
+			want = "system:node:worker-1"
+		}
+		if evict != want || own != "" {
+			t.Errorf("EvictAsNode %v: the evictor impersonates %q (want %q), the relay %q (want none)", asNode, evict, want, own)
 		}
 	}
 }

@@ -101,6 +101,7 @@ type options struct {
 	kubeAPIQPS       float64
 	kubeAPIBurst     int
 	evict            bool
+	evictAsNode      bool
 	enforce          bool
 	cgroupRoot       string
 	autoOnline       bool
@@ -161,6 +162,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.taintWhileStale, "taint-while-stale", false, "keep new pods off the node with the NoSchedule taint "+decide.TaintKey+" from a capacity loss until the kubelet has adopted it; needs an identity that may patch the Node object (packaging/rbac.yaml): the NodeRestriction admission plugin forbids the kubelet's own identity to change taints")
 	fs.BoolVar(&o.publishTopology, "publish-topology", false, "keep the Node's NodeResourceTopology object (topology.node.k8s.io/v1alpha2, for the scheduler's NodeResourceTopologyMatch plugin) equal to the NUMA topology, rewritten on every change; needs the CRD installed and an identity that may write it (packaging/rbac.yaml): the Node authorizer gives the kubelet's own identity no such right")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
+	fs.BoolVar(&o.evictAsNode, "evict-as-node", false, "list and evict the node's pods as the node's own identity (system:node:<node-name>, constrained impersonation), so that the API server lets only pods on this node be evicted; for a DaemonSet's ServiceAccount (packaging/kubernetes)")
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
