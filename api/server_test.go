@@ -99,6 +99,7 @@ type apiEnv struct {
 
 	stopServe context.CancelFunc
 	served    chan error // Serve's result
+	stopMon   context.CancelFunc
 }
 
 func startAPI(t *testing.T, info ...api.Info) *apiEnv {
@@ -114,6 +115,7 @@ func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 	ch, unsubscribe := e.mon.Subscribe()
 	e.changes = ch
 	ctx, stop := context.WithCancel(context.Background())
+	e.stopMon = stop
 	ran := make(chan error, 1)
 	go func() { ran <- e.mon.Run(ctx) }()
 	t.Cleanup(func() {

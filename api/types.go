@@ -60,6 +60,9 @@ type KubernetesStatus struct {
 	LastPatch        time.Time         `json:"lastPatch,omitempty"`
 	PatchError       string            `json:"patchError,omitempty"`
 	PatchPending     bool              `json:"patchPending"`
+	// NodeSynced is whether the Node watch has listed the Node since the
+	// daemon started (/readyz waits for it).
+	NodeSynced bool `json:"nodeSynced"`
 }
 
 // Condition is the CapacityConfigured condition.

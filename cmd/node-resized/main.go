@@ -77,7 +77,8 @@ type options struct {
 	kubeletRootDir string
 	socket         string
 	socketGroup    string
-	metricsAddress string
+	listenAddress  string
+	metricsAddress string // the deprecated name of --listen-address
 	uevents        bool
 	ueventBuffer   int
 	quiet          time.Duration
@@ -126,7 +127,8 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory; its filesystem's size is the ephemeral-storage capacity (empty: not measured)")
 	fs.StringVar(&o.socket, "socket", api.DefaultSocket, "unix socket of the local API (created 0660, parent directory created)")
 	fs.StringVar(&o.socketGroup, "socket-group", "", "group that owns the socket, so its members can use node-resizectl without root")
-	fs.StringVar(&o.metricsAddress, "metrics-address", "", "also serve /metrics on this TCP address, e.g. 127.0.0.1:9477 (empty: only on the socket)")
+	fs.StringVar(&o.listenAddress, "listen-address", "", "also serve /metrics, /healthz and /readyz (nothing else) on this TCP address, e.g. 127.0.0.1:9477 (empty: only on the socket)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "deprecated: the old name of --listen-address")
 	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal watch and resyncs still run)")
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
 	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "rebuild once no event has arrived for this long (a burst of events becomes one change)")
@@ -173,6 +175,12 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 			o.kubeletConfigSet = true
 		}
 	})
+	if o.metricsAddress != "" {
+		if o.listenAddress != "" && o.listenAddress != o.metricsAddress {
+			return nil, fmt.Errorf("--metrics-address %s and --listen-address %s differ: --metrics-address is the old name of --listen-address; give only --listen-address", o.metricsAddress, o.listenAddress)
+		}
+		o.listenAddress = o.metricsAddress
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (node-resized takes flags only; see --help)", fs.Arg(0))
 	}

@@ -27,6 +27,7 @@ const (
 	nodeHotplug = "e2e-hotplug"
 	nodeEvict   = "e2e-eviction"
 	nodeTaint   = "e2e-taint"
+	nodeProbes  = "e2e-probes"
 )
 
 var (
@@ -66,7 +67,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeProbes},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)
