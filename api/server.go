@@ -27,6 +27,9 @@ type Info struct {
 	// NodeName is the Node the daemon speaks for; empty in standalone
 	// mode.
 	NodeName string
+	// NodeNameSource is where NodeName came from: flag, env, kubeconfig
+	// (and the kind of identity) or hostname.
+	NodeNameSource string
 	// Decisions is the decision loop (*agent.Agent).
 	Decisions Decisions
 	// Relay is the API relay (*kube.Relay); nil in standalone mode.
@@ -360,7 +363,7 @@ func kubernetesStatus(info Info) *KubernetesStatus {
 	}
 	if info.Relay != nil {
 		rs := info.Relay.Stats()
-		out.NodeName = info.NodeName
+		out.NodeName, out.NodeNameSource = info.NodeName, info.NodeNameSource
 		out.Patches, out.LastPatch, out.PatchError, out.PatchPending = rs.Patches, rs.LastPatch, rs.LastError, rs.Pending
 		out.NodeSynced = rs.NodeSynced
 	}

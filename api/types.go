@@ -47,6 +47,10 @@ type KubeletStatus = agent.KubeletStatus
 type KubernetesStatus struct {
 	// NodeName is the Node; empty in standalone mode.
 	NodeName string `json:"nodeName,omitempty"`
+	// NodeNameSource is where the daemon found NodeName: flag
+	// (--node-name), env ($NODE_NAME), kubeconfig client certificate,
+	// kubeconfig user name, or hostname.
+	NodeNameSource string `json:"nodeNameSource,omitempty"`
 	// Configured is the configured capacity as written, and
 	// ConfiguredSource where it was read (spec.configuredCapacity or the
 	// annotation); empty when none is set.

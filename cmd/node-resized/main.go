@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -92,6 +91,8 @@ type options struct {
 
 	kubeconfig       string
 	nodeName         string
+	nodeNameSource   string // where nodeName came from (resolveNodeName)
+	nodeNameSkipped  error  // why the kubeconfig named no node, when it did not
 	kubeletConfig    string
 	kubeletConfigSet bool
 	kubeletConfigDir string
@@ -139,11 +140,10 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (journal under systemd, text otherwise), journal, text or json")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-	hostname, _ := os.Hostname()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "queries per second to the API server (the kubelet's own default)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kube.DefaultBurst, "burst of queries to the API server (the kubelet's own default)")
-	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "the Node this daemon speaks for")
+	fs.StringVar(&o.nodeName, "node-name", "", "the Node this daemon speaks for (default: $NODE_NAME, else the node identity of --kubeconfig, system:node:<name> in its client certificate or user name, else the hostname lower-cased)")
 	fs.StringVar(&o.kubeletConfig, "kubelet-config", kubelet.DefaultPath, "the kubelet's KubeletConfiguration file (systemReserved, kubeReserved, evictionHard)")
 	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
 	fs.StringVar(&o.stateFile, "state-file", agent.DefaultStatePath, "where the decision state is kept across restarts (an emergency clamp survives a restart)")
@@ -187,8 +187,6 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	switch {
 	case o.showVersion:
 		return o, nil
-	case !o.standalone && o.nodeName == "":
-		return nil, errors.New("--node-name is empty and the hostname is unknown: set --node-name")
 	case o.quiet <= 0:
 		return nil, fmt.Errorf("--coalesce-quiet must be positive, got %s", o.quiet)
 	case o.maxWait < o.quiet:
@@ -262,6 +260,10 @@ func main() {
 	if o.showVersion {
 		fmt.Println("node-resized", version)
 		return
+	}
+	if err := o.resolveNodeName(nodeNameLookup{getenv: os.Getenv, hostname: os.Hostname, identity: kube.NodeIdentity}); err != nil {
+		fmt.Fprintln(os.Stderr, "node-resized:", err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
