@@ -56,6 +56,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		log.Info("node name", args...)
 	}
 	m := metrics.New()
+	m.RegisterBuildInfo(version)
 	fsys, src, err := detectionInputs(o, log, m)
 	if err != nil {
 		return nil, err

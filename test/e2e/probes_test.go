@@ -3,6 +3,7 @@ package e2e
 import (
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,9 @@ func TestProbesOnTCP(t *testing.T) {
 
 	e.waitHTTP(base+"/healthz", http.StatusOK, `"ok"`)
 	e.waitHTTP(base+"/readyz", http.StatusOK, `"ok"`)
-	e.waitHTTP(base+"/metrics", http.StatusOK, "node_resized_physical_capacity")
+	e.waitHTTP(base+"/metrics", http.StatusOK, `node_resized_physical_capacity{resource="cpu",unit="core"} 4`)
+	e.waitHTTP(base+"/metrics", http.StatusOK, `node_resized_physical_capacity{resource="memory",unit="byte"} 4.294967296e+09`)
+	e.waitHTTP(base+"/metrics", http.StatusOK, `node_resized_build_info{branch="",goarch="`+runtime.GOARCH+`",goos="linux",goversion="`+runtime.Version()+`"`)
 	e.waitHTTP(base+"/v1/status", http.StatusNotFound, "unix socket")
 }
 
