@@ -69,6 +69,10 @@ type Metrics struct {
 	// AutoOnline counts hot-added devices the daemon brought online, by
 	// kind (cpu, memory_block) and result (onlined, error).
 	AutoOnline *prometheus.CounterVec
+	// CapacityCondition is 1 for the reason the CapacityConfigured
+	// condition has now and 0 for the others (every reason is always
+	// exported, so that an alert's "for" sees one series throughout).
+	CapacityCondition *prometheus.GaugeVec
 	// KubeletStale is 1 while the running kubelet's view of the machine
 	// differs from the machine.
 	KubeletStale prometheus.Gauge
@@ -160,6 +164,11 @@ func New() *Metrics {
 			Name:      "auto_online_total",
 			Help:      "Hot-added devices brought online by the daemon (--auto-online), by kind and result.",
 		}, []string{"kind", "result"}),
+		CapacityCondition: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "capacity_condition",
+			Help:      "1 for the reason the Node's CapacityConfigured condition has now (Accepted, InProgress, Infeasible, EmergencyReduced), 0 for the others.",
+		}, []string{"reason"}),
 		KubeletStale: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "kubelet_stale",
@@ -182,7 +191,7 @@ func New() *Metrics {
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.IncrementalMismatch, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
-		m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts,
+		m.CapacityCondition, m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts,
 	)
 	return m
 }
