@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"runtime"
@@ -11,10 +12,23 @@ import (
 
 // The real daemon with --listen-address serves its probes and metrics on
 // TCP: /healthz at once, /readyz once its Node watch has listed the Node
-// from the real API server, and nothing of the rest of the API.
+// from the real API server, and nothing of the rest of the API. Without
+// --node-name it speaks for the Node its kubeconfig's identity names
+// (system:node:<name>).
 func TestProbesOnTCP(t *testing.T) {
-	e := setup(t, nodeProbes, envOptions{cpus: 4, args: []string{"--listen-address", "127.0.0.1:0"}})
+	e := setup(t, nodeProbes, envOptions{cpus: 4, nameFromKubeconfig: true, args: []string{"--listen-address", "127.0.0.1:0"}})
 	base := "http://" + e.listenAddress()
+	var st struct {
+		Kubernetes struct{ NodeName, NodeNameSource string } `json:"kubernetes"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.daemonAPI(ctx, http.MethodGet, "/v1/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if k := st.Kubernetes; k.NodeName != nodeProbes || k.NodeNameSource != "kubeconfig user name" {
+		t.Fatalf("/v1/status kubernetes node %q from %q, want %s named by the kubeconfig user name", k.NodeName, k.NodeNameSource, nodeProbes)
+	}
 
 	e.waitHTTP(base+"/healthz", http.StatusOK, `"ok"`)
 	e.waitHTTP(base+"/readyz", http.StatusOK, `"ok"`)
