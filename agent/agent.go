@@ -207,6 +207,7 @@ func New(cfg Config, relay Relay) *Agent {
 			a.log.Warn("read the state file; starting from a fresh state", "path", cfg.StatePath, "err", err)
 		case st != nil:
 			a.state = *st
+			a.exportCondition(st.Condition.Reason)
 			a.log.Info("resumed from the state file", "path", cfg.StatePath,
 				"condition", string(st.Condition.Reason), "applied", st.Applied.String(), "generation", st.Generation)
 		}
@@ -616,6 +617,7 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	}
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
+	a.exportCondition(d.Condition.Reason)
 	a.status = Status{
 		Configured:       p.in.Configured,
 		ConfiguredSource: p.source,
@@ -648,6 +650,18 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	if len(d.Actions) > 0 {
 		a.log.Info("decided", "condition", string(d.Condition.Reason), "message", d.Condition.Message,
 			"target", d.Target.String(), "actions", len(d.Actions))
+	}
+}
+
+// exportCondition sets node_resized_capacity_condition: 1 for reason, 0
+// for the others.
+func (a *Agent) exportCondition(reason decide.Reason) {
+	for _, r := range decide.Reasons {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		a.m.CapacityCondition.WithLabelValues(string(r)).Set(v)
 	}
 }
 

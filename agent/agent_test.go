@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/decide"
@@ -156,6 +157,7 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	// The hypervisor takes two CPUs away.
 	hw(r, 2, 3*time.Millisecond)
 	r.settle(decide.ReasonEmergencyReduced, 2)
+	r.waitCondition(decide.ReasonEmergencyReduced)
 	// The first status published for the loss carries the time of the
 	// hardware event (the relay keeps the earliest one until a patch lands).
 	r.relay.mu.Lock()
@@ -181,6 +183,7 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	if got := r2.a.State().Condition.Reason; got != decide.ReasonEmergencyReduced {
 		t.Fatalf("state after restart: %s, want EmergencyReduced", got)
 	}
+	r2.waitCondition(decide.ReasonEmergencyReduced) // from the state file, before any decision
 	hw(r2, 2, 0)
 	r2.settle(decide.ReasonEmergencyReduced, 2)
 	if reasons := r2.relay.eventReasons(); contains(reasons, decide.EventEmergencyCapacityReduced) {
@@ -189,6 +192,28 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	// The administrator lowers the spec to what is there.
 	r2.a.OnNode(conf("cpu", "2"))
 	r2.settle(decide.ReasonAccepted, 2)
+	r2.waitCondition(decide.ReasonAccepted)
+}
+
+// waitCondition waits until node_resized_capacity_condition is 1 for
+// reason and 0 for every other reason.
+func (r *run) waitCondition(reason decide.Reason) {
+	r.t.Helper()
+	var got map[decide.Reason]float64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		got = map[decide.Reason]float64{}
+		ok := true
+		for _, x := range decide.Reasons {
+			got[x] = testutil.ToFloat64(r.a.m.CapacityCondition.WithLabelValues(string(x)))
+			if (x == reason) != (got[x] == 1) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+	}
+	r.t.Fatalf("node_resized_capacity_condition %v, want 1 for %s only", got, reason)
 }
 
 func TestPathA1InfeasibleThenHardwareArrives(t *testing.T) {

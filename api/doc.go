@@ -9,5 +9,9 @@
 //	GET  /v1/events          recent changes, oldest first; ?follow=1 streams NDJSON as they happen
 //	POST /v1/resync          rebuild the model now and return what changed
 //	GET  /metrics            Prometheus metrics
-//	GET  /healthz            200 once the first model is built
+//	GET  /healthz            200 while the detection loop answers (the watchdog's check); 503 and the reason otherwise
+//	GET  /readyz             /healthz, and the first model built and, with a relay, the Node listed once
+//
+// /metrics, /healthz and /readyz are also served on the TCP listener
+// (Server.ServeTCP); the rest only on the socket.
 package api

@@ -27,6 +27,9 @@ type Info struct {
 	// NodeName is the Node the daemon speaks for; empty in standalone
 	// mode.
 	NodeName string
+	// NodeNameSource is where NodeName came from: flag, env, kubeconfig
+	// (and the kind of identity) or hostname.
+	NodeNameSource string
 	// Decisions is the decision loop (*agent.Agent).
 	Decisions Decisions
 	// Relay is the API relay (*kube.Relay); nil in standalone mode.
@@ -60,6 +63,10 @@ type Server struct {
 
 	// ResyncTimeout bounds how long POST /v1/resync waits for the rebuild.
 	ResyncTimeout time.Duration
+	// AliveTimeout bounds how long /healthz and /readyz wait for the
+	// detection loop to answer (default monitor.AliveTimeout, the
+	// watchdog's).
+	AliveTimeout time.Duration
 }
 
 // NewServer returns a server for mon. m may be nil: then /metrics answers
@@ -68,26 +75,36 @@ func NewServer(mon *monitor.Monitor, m *metrics.Metrics, info Info, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mon: mon, metrics: m, info: info, log: log, mux: http.NewServeMux(), ResyncTimeout: 30 * time.Second}
+	s := &Server{mon: mon, metrics: m, info: info, log: log, mux: http.NewServeMux(),
+		ResyncTimeout: 30 * time.Second, AliveTimeout: monitor.AliveTimeout}
 	s.route(http.MethodGet, "/v1/status", http.HandlerFunc(s.status))
 	s.route(http.MethodGet, "/v1/topology", http.HandlerFunc(s.topology))
 	s.route(http.MethodGet, "/v1/events", http.HandlerFunc(s.events))
 	s.route(http.MethodPost, "/v1/resync", http.HandlerFunc(s.resync))
-	s.route(http.MethodGet, "/healthz", http.HandlerFunc(s.healthz))
-	if m != nil {
-		s.route(http.MethodGet, "/metrics", m.Handler())
-	}
+	s.probes(s.mux)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+"; see GET /v1/status, /v1/topology, /v1/events, /metrics, /healthz and POST /v1/resync")
+		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+"; see GET /v1/status, /v1/topology, /v1/events, /metrics, /healthz, /readyz and POST /v1/resync")
 	})
 	return s
 }
 
+// probes adds what the TCP listener serves as well: /metrics, /healthz
+// and /readyz.
+func (s *Server) probes(mux *http.ServeMux) {
+	route(mux, http.MethodGet, "/healthz", http.HandlerFunc(s.healthz))
+	route(mux, http.MethodGet, "/readyz", http.HandlerFunc(s.readyz))
+	if s.metrics != nil {
+		route(mux, http.MethodGet, "/metrics", s.metrics.Handler())
+	}
+}
+
 // route serves h for method on path, and a JSON 405 naming the allowed
 // method for any other method on the same path.
-func (s *Server) route(method, path string, h http.Handler) {
-	s.mux.Handle(method+" "+path, h) // GET also answers HEAD
-	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) route(method, path string, h http.Handler) { route(s.mux, method, path, h) }
+
+func route(mux *http.ServeMux, method, path string, h http.Handler) {
+	mux.Handle(method+" "+path, h) // GET also answers HEAD
+	mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", method)
 		writeError(w, http.StatusMethodNotAllowed, r.Method+" "+path+" is not allowed; use "+method)
 	})
@@ -103,12 +120,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return serve(ctx, ln, s.mux, s.log)
 }
 
-// ServeMetrics serves only /metrics on ln until ctx is done.
-func (s *Server) ServeMetrics(ctx context.Context, ln net.Listener) error {
+// ServeTCP serves /metrics, /healthz and /readyz on ln until ctx is done,
+// and nothing else: the rest of the API stays on the unix socket, whose
+// mode says who may use it.
+func (s *Server) ServeTCP(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
-	if s.metrics != nil {
-		mux.Handle("GET /metrics", s.metrics.Handler())
-	}
+	s.probes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+" on TCP; see GET /metrics, /healthz and /readyz (the rest of the API is on the unix socket)")
+	})
 	return serve(ctx, ln, mux, s.log)
 }
 
@@ -183,11 +203,46 @@ func (s *Server) topology(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, snap)
 }
 
+// healthz answers 200 while the detection loop answers: the systemd
+// watchdog's check, so a probe and the watchdog never disagree.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	if !s.ready(w) {
+	if !s.live(w, r) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 while the detection loop answers, once the first
+// model is built and, with a relay, once the Node watch has listed the
+// Node. A later API server outage does not make the daemon unready: it
+// never waits for the API server (the relay retries, /v1/status and the
+// metrics say so).
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.ready(w) || !s.live(w, r) {
+		return
+	}
+	if s.info.Relay != nil && !s.info.Relay.Stats().NodeSynced {
+		writeError(w, http.StatusServiceUnavailable, "the Node "+s.info.NodeName+" has not been listed from the API server yet")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// live writes a 503 with the reason unless the detection loop answers
+// within AliveTimeout.
+func (s *Server) live(w http.ResponseWriter, r *http.Request) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), s.AliveTimeout)
+	defer cancel()
+	err := s.mon.Check(ctx)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, monitor.ErrStopped):
+		writeError(w, http.StatusServiceUnavailable, "the detection loop has stopped")
+	default:
+		writeError(w, http.StatusServiceUnavailable, "the detection loop did not answer within "+s.AliveTimeout.String())
+	}
+	return false
 }
 
 func (s *Server) resync(w http.ResponseWriter, r *http.Request) {
@@ -309,8 +364,9 @@ func kubernetesStatus(info Info) *KubernetesStatus {
 	}
 	if info.Relay != nil {
 		rs := info.Relay.Stats()
-		out.NodeName = info.NodeName
+		out.NodeName, out.NodeNameSource = info.NodeName, info.NodeNameSource
 		out.Patches, out.LastPatch, out.PatchError, out.PatchPending = rs.Patches, rs.LastPatch, rs.LastError, rs.Pending
+		out.NodeSynced = rs.NodeSynced
 	}
 	return out
 }

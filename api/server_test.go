@@ -99,6 +99,7 @@ type apiEnv struct {
 
 	stopServe context.CancelFunc
 	served    chan error // Serve's result
+	stopMon   context.CancelFunc
 }
 
 func startAPI(t *testing.T, info ...api.Info) *apiEnv {
@@ -114,6 +115,7 @@ func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 	ch, unsubscribe := e.mon.Subscribe()
 	e.changes = ch
 	ctx, stop := context.WithCancel(context.Background())
+	e.stopMon = stop
 	ran := make(chan error, 1)
 	go func() { ran <- e.mon.Run(ctx) }()
 	t.Cleanup(func() {
@@ -572,10 +574,11 @@ func TestServerMetrics(t *testing.T) {
 		`node_resized_uevents_total{action="offline",subsystem="cpu"} 1`,
 		`node_resized_detection_latency_seconds_count 1`,
 		`node_resized_detection_latency_seconds_bucket{le="+Inf"} 1`,
-		`node_resized_physical_capacity{resource="cpu"} 6`,
-		`node_resized_physical_capacity{resource="memory"} 3.57376e+09`,
-		`node_resized_physical_capacity{resource="hugepages-2Mi"} 1.34217728e+08`,
-		`node_resized_numa_node_capacity{numa_node="1",resource="cpu"} 2`,
+		`node_resized_physical_capacity{resource="cpu",unit="core"} 6`,
+		`node_resized_physical_capacity{resource="memory",unit="byte"} 3.57376e+09`,
+		`node_resized_physical_capacity{resource="hugepages-2Mi",unit="byte"} 1.34217728e+08`,
+		`node_resized_numa_node_capacity{numa_node="1",resource="cpu",unit="core"} 2`,
+		`node_resized_numa_node_capacity{numa_node="0",resource="hugepages-2Mi",unit="byte"} 6.7108864e+07`,
 		`node_resized_model_changes_total{kind="cpu_offline"} 1`,
 		`node_resized_model_rebuilds_total{result="changed",trigger="uevent"} 1`,
 	} {

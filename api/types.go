@@ -47,6 +47,10 @@ type KubeletStatus = agent.KubeletStatus
 type KubernetesStatus struct {
 	// NodeName is the Node; empty in standalone mode.
 	NodeName string `json:"nodeName,omitempty"`
+	// NodeNameSource is where the daemon found NodeName: flag
+	// (--node-name), env ($NODE_NAME), kubeconfig client certificate,
+	// kubeconfig user name, or hostname.
+	NodeNameSource string `json:"nodeNameSource,omitempty"`
 	// Configured is the configured capacity as written, and
 	// ConfiguredSource where it was read (spec.configuredCapacity or the
 	// annotation); empty when none is set.
@@ -63,6 +67,9 @@ type KubernetesStatus struct {
 	// Taint is the taint node-resized keeps on the Node until the kubelet
 	// has adopted a loss (--taint-while-stale); empty when none.
 	Taint string `json:"taint,omitempty"`
+	// NodeSynced is whether the Node watch has listed the Node since the
+	// daemon started (/readyz waits for it).
+	NodeSynced bool `json:"nodeSynced"`
 }
 
 // Condition is the CapacityConfigured condition.

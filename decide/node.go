@@ -65,4 +65,6 @@ type RelayStats struct {
 	LastPatch time.Time `json:"lastPatch,omitempty"`
 	LastError string    `json:"lastError,omitempty"`
 	Pending   bool      `json:"pending"`
+	// NodeSynced is whether the Node watch has listed the Node once.
+	NodeSynced bool `json:"nodeSynced"`
 }

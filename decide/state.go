@@ -38,6 +38,9 @@ const (
 	ReasonEmergencyReduced Reason = "EmergencyReduced"
 )
 
+// Reasons are the four reasons, in the order above.
+var Reasons = []Reason{ReasonAccepted, ReasonInProgress, ReasonInfeasible, ReasonEmergencyReduced}
+
 // Condition is the CapacityConfigured condition to publish. It is a plain
 // value, safe for concurrent reads.
 type Condition struct {

@@ -191,6 +191,8 @@ type Relay struct {
 	patches   uint64
 	lastErr   error
 	lastPatch time.Time
+	// synced is whether the Node watch has listed the Node once.
+	synced bool
 	// taintSeen is whether the Node was last seen carrying the taint (nil:
 	// not known), taintRefused the taint the API server last refused to
 	// set or lift (nil: none).
@@ -340,7 +342,7 @@ type Stats = decide.RelayStats
 func (r *Relay) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := Stats{Patches: r.patches, LastPatch: r.lastPatch, Pending: r.want != nil}
+	s := Stats{Patches: r.patches, LastPatch: r.lastPatch, Pending: r.want != nil, NodeSynced: r.synced}
 	if r.lastErr != nil {
 		s.LastError = r.lastErr.Error()
 	}

@@ -148,10 +148,15 @@ func (s nodeStore) Update(obj any) error { s.r.observe(obj); return nil }
 func (s nodeStore) Delete(any) error     { return nil }
 func (s nodeStore) Resync() error        { return nil }
 
+// Replace takes a list's result; the first one makes the watch synced
+// (Stats.NodeSynced), whether or not the Node exists yet.
 func (s nodeStore) Replace(list []any, _ string) error {
 	for _, obj := range list {
 		s.r.observe(obj)
 	}
+	s.r.mu.Lock()
+	s.r.synced = true
+	s.r.mu.Unlock()
 	return nil
 }
 

@@ -237,3 +237,30 @@ func TestGetNodeKeepsUnknownFields(t *testing.T) {
 		t.Errorf("GetNode with the API server away = %v, want an error naming the Node", err)
 	}
 }
+
+// The relay's Stats say the Node watch is synced once a list has
+// answered, not before: a failed list and a list in flight do not count.
+func TestWatchSyncedAfterTheFirstList(t *testing.T) {
+	gate := make(chan struct{})
+	api := &fakeAPIServer{t: t,
+		lists: []func(http.ResponseWriter){
+			func(w http.ResponseWriter) { http.Error(w, "etcd is away", http.StatusInternalServerError) },
+			func(w http.ResponseWriter) {
+				<-gate
+				listAnswer(nodeList("10", nodeJSON("10", "", "")))(w)
+			},
+		},
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before srv.Close, which waits for the list in flight
+	r := startRelayOn(t, srv, nil)
+	waitFor(t, "the second list", func() bool { return len(api.seen()) >= 2 })
+	if r.Stats().NodeSynced {
+		t.Fatal("NodeSynced before any list answered")
+	}
+	open()
+	waitFor(t, "NodeSynced", func() bool { return r.Stats().NodeSynced })
+}

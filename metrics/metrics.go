@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -43,10 +44,12 @@ type Metrics struct {
 	// of the same moment contradicted: each one is a bug in the
 	// incremental update (the full model is installed instead).
 	IncrementalMismatch prometheus.Counter
-	// Capacity is the node's physical capacity by resource, in the
-	// resource's base unit (cores, bytes).
+	// Capacity is the node's physical capacity by resource and unit
+	// (resources.UnitOf: core, byte, integer), as kube-state-metrics'
+	// kube_node_status_capacity labels it.
 	Capacity *prometheus.GaugeVec
-	// NUMACapacity is the physical capacity of each NUMA node.
+	// NUMACapacity is the physical capacity of each NUMA node, by
+	// resource and unit.
 	NUMACapacity *prometheus.GaugeVec
 	// ModelChanges counts model changes by kind of change.
 	ModelChanges *prometheus.CounterVec
@@ -66,6 +69,10 @@ type Metrics struct {
 	// AutoOnline counts hot-added devices the daemon brought online, by
 	// kind (cpu, memory_block) and result (onlined, error).
 	AutoOnline *prometheus.CounterVec
+	// CapacityCondition is 1 for the reason the CapacityConfigured
+	// condition has now and 0 for the others (every reason is always
+	// exported, so that an alert's "for" sees one series throughout).
+	CapacityCondition *prometheus.GaugeVec
 	// KubeletStale is 1 while the running kubelet's view of the machine
 	// differs from the machine.
 	KubeletStale prometheus.Gauge
@@ -121,13 +128,13 @@ func New() *Metrics {
 		Capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "physical_capacity",
-			Help:      "Physical capacity of the node as the kubelet computes it, by resource (cpu in cores, others in bytes).",
-		}, []string{"resource"}),
+			Help:      "Physical capacity of the node as the kubelet computes it, by resource, in unit (core for cpu, byte for memory, hugepages and ephemeral-storage).",
+		}, []string{"resource", "unit"}),
 		NUMACapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "numa_node_capacity",
-			Help:      "Physical capacity of each NUMA node, by resource (cpu in cores, others in bytes).",
-		}, []string{"numa_node", "resource"}),
+			Help:      "Physical capacity of each NUMA node, by resource, in unit (core for cpu, byte for memory and hugepages).",
+		}, []string{"numa_node", "resource", "unit"}),
 		ModelChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "model_changes_total",
@@ -160,6 +167,11 @@ func New() *Metrics {
 			Name:      "auto_online_total",
 			Help:      "Hot-added devices brought online by the daemon (--auto-online), by kind and result.",
 		}, []string{"kind", "result"}),
+		CapacityCondition: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "capacity_condition",
+			Help:      "1 for the reason the Node's CapacityConfigured condition has now (Accepted, InProgress, Infeasible, EmergencyReduced), 0 for the others.",
+		}, []string{"reason"}),
 		KubeletStale: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "kubelet_stale",
@@ -187,9 +199,18 @@ func New() *Metrics {
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.IncrementalMismatch, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
-		m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
+		m.CapacityCondition, m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
 	)
 	return m
+}
+
+// RegisterBuildInfo registers node_resized_build_info, client_golang's
+// version collector (labels version, revision, branch, goversion, goos,
+// goarch, tags; value 1), with version as the daemon's version (set at
+// build time, see the Makefile). Call it once.
+func (m *Metrics) RegisterBuildInfo(version string) {
+	m.Registry.MustRegister(versioncollector.NewCollector(namespace,
+		versioncollector.WithExtraConstLabels(prometheus.Labels{"version": version})))
 }
 
 // Handler serves the registry in the Prometheus exposition format.

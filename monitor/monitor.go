@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -383,21 +384,32 @@ func (m *Monitor) Resync(ctx context.Context) (ResyncResult, error) {
 	}
 }
 
+// AliveTimeout is how long the liveness check waits for the loop to
+// answer: the systemd watchdog's and the /healthz and /readyz probes'.
+const AliveTimeout = 5 * time.Second
+
 // Alive reports whether the loop answers within ctx: it proves that the
 // loop turns, not merely that the process runs (for the systemd watchdog).
 func (m *Monitor) Alive(ctx context.Context) bool {
+	return m.Check(ctx) == nil
+}
+
+// Check is Alive with the reason: nil when the loop answers within ctx,
+// ErrStopped when it has stopped, and an error that says the loop did not
+// answer when ctx ends first.
+func (m *Monitor) Check(ctx context.Context) error {
 	p := make(chan struct{})
 	select {
 	case m.pings <- p:
 	case <-m.done:
-		return false
+		return ErrStopped
 	case <-ctx.Done():
-		return false
+		return fmt.Errorf("monitor: detection loop did not answer: %w", context.Cause(ctx))
 	}
 	select {
 	case <-p:
-		return true
+		return nil
 	case <-ctx.Done():
-		return false
+		return fmt.Errorf("monitor: detection loop did not answer: %w", context.Cause(ctx))
 	}
 }

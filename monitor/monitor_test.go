@@ -724,6 +724,46 @@ func TestAlive(t *testing.T) {
 	}
 }
 
+// Check names why the loop does not answer: stopped, or stuck (here in a
+// subscriber that does not return), so that the probes can say so.
+func TestCheckStoppedAndStuck(t *testing.T) {
+	t.Run("stopped", func(t *testing.T) {
+		m := New(&fakeMachine{online: topology.CPUSet{0}, memTotal: 1 << 30}, nil, Config{MemPoll: -1, Resync: -1})
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		<-m.Ready()
+		if err := m.Check(context.Background()); err != nil {
+			t.Fatalf("Check of a running loop: %v", err)
+		}
+		stop()
+		<-done
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := m.Check(c); !errors.Is(err, ErrStopped) {
+			t.Errorf("Check of a stopped loop: %v, want ErrStopped", err)
+		}
+		if m.Alive(c) {
+			t.Error("Alive = true for a stopped loop")
+		}
+	})
+	t.Run("stuck", func(t *testing.T) {
+		release := make(chan struct{})
+		stuck := SubscriberFunc(func(Change, *topology.Snapshot) { <-release })
+		m := New(&fakeMachine{online: topology.CPUSet{0}, memTotal: 1 << 30}, nil, Config{MemPoll: -1, Resync: -1, Subscribers: []Subscriber{stuck}})
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		defer func() { close(release); stop(); <-done }()
+		c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		err := m.Check(c)
+		if err == nil || errors.Is(err, ErrStopped) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Check of a stuck loop: %v, want a deadline error", err)
+		}
+	})
+}
+
 func TestSeqnumsJSONRoundTrip(t *testing.T) {
 	var s Seqnums
 	for _, n := range []uint64{10, 11, 12, 20, 21, 40} {

@@ -158,13 +158,13 @@ func (m *Monitor) install(snap *topology.Snapshot, b *batch, how Rebuild, diff t
 func (m *Monitor) observe(c Change, snap *topology.Snapshot) {
 	mt := m.cfg.Metrics
 	for name, v := range c.Capacity.Published() {
-		mt.Capacity.WithLabelValues(name).Set(resources.Value(name, v))
+		mt.Capacity.WithLabelValues(name, string(resources.UnitOf(name))).Set(resources.Value(name, v))
 	}
 	mt.NUMACapacity.Reset()
 	for _, n := range snap.NodeCapacities() {
 		id := strconv.Itoa(n.ID)
 		for name, v := range n.Capacity {
-			mt.NUMACapacity.WithLabelValues(id, name).Set(resources.Value(name, v))
+			mt.NUMACapacity.WithLabelValues(id, name, string(resources.UnitOf(name))).Set(resources.Value(name, v))
 		}
 	}
 	for _, ch := range c.Changes {

@@ -235,7 +235,11 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 	}
 	if k := st.Kubernetes; k != nil {
 		if k.NodeName != "" {
-			fmt.Fprintf(tw, "Kubernetes node:\t%s\n", k.NodeName)
+			fmt.Fprintf(tw, "Kubernetes node:\t%s", k.NodeName)
+			if k.NodeNameSource != "" {
+				fmt.Fprintf(tw, " (name from %s)", k.NodeNameSource)
+			}
+			fmt.Fprintln(tw)
 		}
 		if len(k.Configured) > 0 {
 			fmt.Fprintf(tw, "Configured capacity:\t%s (from %s)\n", stringMap(k.Configured), k.ConfiguredSource)

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -78,7 +77,8 @@ type options struct {
 	kubeletRootDir string
 	socket         string
 	socketGroup    string
-	metricsAddress string
+	listenAddress  string
+	metricsAddress string // the deprecated name of --listen-address
 	uevents        bool
 	ueventBuffer   int
 	quiet          time.Duration
@@ -92,6 +92,8 @@ type options struct {
 
 	kubeconfig       string
 	nodeName         string
+	nodeNameSource   string // where nodeName came from (resolveNodeName)
+	nodeNameSkipped  error  // why the kubeconfig named no node, when it did not
 	kubeletConfig    string
 	kubeletConfigSet bool
 	kubeletConfigDir string
@@ -129,7 +131,8 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory; its filesystem's size is the ephemeral-storage capacity (empty: not measured)")
 	fs.StringVar(&o.socket, "socket", api.DefaultSocket, "unix socket of the local API (created 0660, parent directory created)")
 	fs.StringVar(&o.socketGroup, "socket-group", "", "group that owns the socket, so its members can use node-resizectl without root")
-	fs.StringVar(&o.metricsAddress, "metrics-address", "", "also serve /metrics on this TCP address, e.g. 127.0.0.1:9477 (empty: only on the socket)")
+	fs.StringVar(&o.listenAddress, "listen-address", "", "also serve /metrics, /healthz and /readyz (nothing else) on this TCP address, e.g. 127.0.0.1:9477 (empty: only on the socket)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "deprecated: the old name of --listen-address")
 	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal watch and resyncs still run)")
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
 	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "rebuild once no event has arrived for this long (a burst of events becomes one change)")
@@ -140,11 +143,10 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (journal under systemd, text otherwise), journal, text or json")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-	hostname, _ := os.Hostname()
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "queries per second to the API server (the kubelet's own default)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kube.DefaultBurst, "burst of queries to the API server (the kubelet's own default)")
-	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "the Node this daemon speaks for")
+	fs.StringVar(&o.nodeName, "node-name", "", "the Node this daemon speaks for (default: $NODE_NAME, else the node identity of --kubeconfig, system:node:<name> in its client certificate or user name, else the hostname lower-cased)")
 	fs.StringVar(&o.kubeletConfig, "kubelet-config", kubelet.DefaultPath, "the kubelet's KubeletConfiguration file (systemReserved, kubeReserved, evictionHard)")
 	fs.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir of drop-in files, if it uses one")
 	fs.StringVar(&o.stateFile, "state-file", agent.DefaultStatePath, "where the decision state is kept across restarts (an emergency clamp survives a restart)")
@@ -178,6 +180,12 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 			o.kubeletConfigSet = true
 		}
 	})
+	if o.metricsAddress != "" {
+		if o.listenAddress != "" && o.listenAddress != o.metricsAddress {
+			return nil, fmt.Errorf("--metrics-address %s and --listen-address %s differ: --metrics-address is the old name of --listen-address; give only --listen-address", o.metricsAddress, o.listenAddress)
+		}
+		o.listenAddress = o.metricsAddress
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (node-resized takes flags only; see --help)", fs.Arg(0))
 	}
@@ -186,8 +194,6 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 		return o, nil
 	case o.standalone && o.publishTopology:
 		return nil, errors.New("--publish-topology writes to the API server: drop it, or --standalone")
-	case !o.standalone && o.nodeName == "":
-		return nil, errors.New("--node-name is empty and the hostname is unknown: set --node-name")
 	case o.quiet <= 0:
 		return nil, fmt.Errorf("--coalesce-quiet must be positive, got %s", o.quiet)
 	case o.maxWait < o.quiet:
@@ -261,6 +267,10 @@ func main() {
 	if o.showVersion {
 		fmt.Println("node-resized", version)
 		return
+	}
+	if err := o.resolveNodeName(nodeNameLookup{getenv: os.Getenv, hostname: os.Hostname, identity: kube.NodeIdentity}); err != nil {
+		fmt.Fprintln(os.Stderr, "node-resized:", err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -49,7 +49,15 @@ type parts struct {
 // drives them, and the detection loop that feeds it.
 func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error) {
 	p := &parts{}
+	if !o.standalone {
+		args := []any{"node", o.nodeName, "nodeNameSource", o.nodeNameSource}
+		if o.nodeNameSkipped != nil {
+			args = append(args, "kubeconfig_identity", o.nodeNameSkipped.Error())
+		}
+		log.Info("node name", args...)
+	}
 	m := metrics.New()
+	m.RegisterBuildInfo(version)
 	fsys, src, err := detectionInputs(o, log, m)
 	if err != nil {
 		return nil, err
@@ -327,7 +335,7 @@ func (p *parts) apiInfo(o *options) api.Info {
 		info.Enforcement = p.enforcer
 	}
 	if p.relay != nil {
-		info.Mode, info.NodeName, info.Relay = "kubernetes", o.nodeName, p.relay
+		info.Mode, info.NodeName, info.NodeNameSource, info.Relay = "kubernetes", o.nodeName, o.nodeNameSource, p.relay
 	}
 	return info
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/systemd"
 )
@@ -62,7 +62,7 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	start("local API", func(ctx context.Context) error { return p.api.Serve(ctx, p.socket) })
 	if p.tcp != nil {
-		start("metrics listener", func(ctx context.Context) error { return p.api.ServeMetrics(ctx, p.tcp) })
+		start("TCP listener", func(ctx context.Context) error { return p.api.ServeTCP(ctx, p.tcp) })
 	}
 	start("systemd watchdog", func(ctx context.Context) error { return systemd.Watchdog(ctx, p.alive(ctx)) })
 	p.announce(o, log)
@@ -81,10 +81,11 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	return nil
 }
 
-// alive is the watchdog's check: the detection loop answers within 5 s.
+// alive is the watchdog's check: the detection loop answers within
+// monitor.AliveTimeout. /healthz and /readyz make the same check.
 func (p *parts) alive(ctx context.Context) func() bool {
 	return func() bool {
-		c, done := context.WithTimeout(ctx, 5*time.Second)
+		c, done := context.WithTimeout(ctx, monitor.AliveTimeout)
 		defer done()
 		return p.monitor.Alive(c)
 	}
@@ -93,8 +94,15 @@ func (p *parts) alive(ctx context.Context) func() bool {
 // announce logs the start and tells systemd the daemon is ready.
 func (p *parts) announce(o *options, log *slog.Logger) {
 	snap, capac := p.monitor.Snapshot()
+	if o.metricsAddress != "" {
+		log.Warn("--metrics-address is deprecated: use --listen-address", "listen_address", o.listenAddress)
+	}
+	listen := ""
+	if p.tcp != nil {
+		listen = p.tcp.Addr().String() // the port the kernel chose for :0
+	}
 	log.Info("node-resized ready",
-		"version", version, "mode", p.info.Mode, "node", o.nodeName, "socket", o.socket, "metrics_address", o.metricsAddress,
+		"version", version, "mode", p.info.Mode, "node", o.nodeName, "socket", o.socket, "listen_address", listen,
 		"sysfs_root", o.sysfsRoot, "procfs_root", o.procfsRoot, "uevents", o.uevents,
 		"capacity", capac.String(), "cpus_online", snap.CPUs.Online.String())
 	status := fmt.Sprintf("watching %s CPUs, %s memory", resources.Format(resources.CPU, capac[resources.CPU]),
@@ -110,10 +118,10 @@ func listeners(o *options) (socket, tcp net.Listener, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if o.metricsAddress != "" {
-		if tcp, err = net.Listen("tcp", o.metricsAddress); err != nil {
+	if o.listenAddress != "" {
+		if tcp, err = net.Listen("tcp", o.listenAddress); err != nil {
 			socket.Close()
-			return nil, nil, fmt.Errorf("--metrics-address %s: %w", o.metricsAddress, err)
+			return nil, nil, fmt.Errorf("--listen-address %s: %w", o.listenAddress, err)
 		}
 	}
 	return socket, tcp, nil

@@ -179,7 +179,7 @@ func TestRealCPUHotplug(t *testing.T) {
 		cycles = n
 	}
 
-	d := startDaemon(t, "--metrics-address", "127.0.0.1:0")
+	d := startDaemon(t, "--listen-address", "127.0.0.1:0")
 	st, err := d.Client.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)

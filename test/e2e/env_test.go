@@ -48,7 +48,10 @@ type envOptions struct {
 	// shipped runs the daemon with its shipped detection settings: no
 	// faster MemTotal watch than its default.
 	shipped bool
-	args    []string // more daemon flags
+	// nameFromKubeconfig leaves --node-name out: the daemon finds the
+	// Node's name in the node identity of its kubeconfig.
+	nameFromKubeconfig bool
+	args               []string // more daemon flags
 	// mach is the synthetic machine (nil: machine(cpus)).
 	mach *topologytest.Machine
 }
@@ -79,8 +82,10 @@ func setup(t *testing.T, node string, o envOptions) *env {
 	// Start from a clean Node: a previous run may have left one.
 	_ = e.admin.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 
-	args := []string{"--node-name", node, "--state-file", filepath.Join(t.TempDir(), "state.json"),
-		"--kubelet-root-dir", ""}
+	args := []string{"--state-file", filepath.Join(t.TempDir(), "state.json"), "--kubelet-root-dir", ""}
+	if !o.nameFromKubeconfig {
+		args = append(args, "--node-name", node)
+	}
 	if !o.shipped {
 		args = append(args, "--memtotal-interval", "100ms")
 	}

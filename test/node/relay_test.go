@@ -152,6 +152,7 @@ func readyAfter(nd *corev1.Node, t0 time.Time) bool {
 
 // relayAdoption is what one change relayed to the kubelet took.
 type relayAdoption struct {
+	mark     time.Time     // the guest's clock just before the change
 	uevent   time.Time     // the guest's clock: the patch record's time less its latency
 	patch    time.Duration // uevent -> status patch with the new capacity
 	restart  time.Duration // uevent -> "kubelet restarted" (systemd's job done)
@@ -175,6 +176,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	pid0 := kubeletPID(t, n)
 	done0 := daemonMetric(t, n, restartsDone)
 	mark := guestNow(t, n)
+	r.mark = mark
 	off := mark.Sub(time.Now()) // guest clock - this machine's clock
 	if err := add(ctx); err != nil {
 		t.Fatal(err)
@@ -346,7 +348,8 @@ func TestKubeletRestart(t *testing.T) {
 	t.Run("b-dimm-hot-add", func(t *testing.T) {
 		mem0 := memTotal(t, n)
 		want := mem0 + installedDIMM
-		s.relayUpscale(t, "b DIMM hot-add", func(ctx context.Context) error {
+		lost0 := daemonStatus(t, n).Stats.LostEvents
+		r := s.relayUpscale(t, "b DIMM hot-add", func(ctx context.Context) error {
 			if _, err := n.HotAddDIMM(ctx, installedDIMM, 1); err != nil {
 				return err
 			}
@@ -357,11 +360,64 @@ func TestKubeletRestart(t *testing.T) {
 			}
 			return nil
 		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), time.Minute)
+		s.dimmBurst(t, r.mark, mem0, want, lost0)
 		if got := kubepodsMax(t, n); got != want-DefaultSystemReservedMemory-DefaultKubeReservedMemory {
 			t.Errorf("kubepods.slice MemoryMax %s, want %s", mibs(got), mibs(want-DefaultSystemReservedMemory-DefaultKubeReservedMemory))
 		}
 	})
 	t.Run("a2-configured-below-the-hardware", s.configuredBelow)
+}
+
+// dimmBurst checks what the DIMM of scenario b cost: its memory blocks
+// came online one by one (the daemon's --auto-online, at the kernel's
+// pace), and the daemon made at most 2 model changes of them, sent exactly
+// 1 Node status patch that changed the memory, and lost no uevent.
+func (s *installed) dimmBurst(t *testing.T, mark time.Time, mem0, want int64, lost0 uint64) {
+	t.Helper()
+	n := s.n
+	blockSize, err := strconv.ParseInt(guestSh(t, n, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
+	if err != nil || blockSize <= 0 {
+		t.Fatalf("block_size_bytes: %v", err)
+	}
+	var changes int
+	for _, e := range daemonLog(t, n, "machine changed", mark) {
+		if !strings.Contains(e.str("CHANGES"), "memory") {
+			continue
+		}
+		changes++
+		t.Logf("b DIMM model change: %s", journalFields(e))
+	}
+	// The patches that changed the Node's memory: each whose memory
+	// differs from the one before (a condition-only patch repeats it).
+	var memPatches int
+	prev := fmt.Sprintf("memory=%dKi,", mem0>>10)
+	for _, e := range daemonLog(t, n, "Node status patched", mark) {
+		c := e.str("CAPACITY")
+		i := strings.Index(c, "memory=")
+		if i < 0 {
+			continue
+		}
+		m := c[i:]
+		if j := strings.Index(m, ","); j >= 0 {
+			m = m[:j+1]
+		}
+		if m != prev {
+			memPatches++
+			prev = m
+		}
+	}
+	lost := daemonStatus(t, n).Stats.LostEvents - lost0
+	t.Logf("b DIMM (%d blocks of memory): %d model changes, %d status patches with a new memory, %d lost events", installedDIMM/blockSize, changes, memPatches, lost)
+	s.timing("b DIMM of %d blocks: %d model changes, %d Node status patches with a new memory, %d lost events", installedDIMM/blockSize, changes, memPatches, lost)
+	if changes == 0 || changes > 2 {
+		t.Errorf("b DIMM: %d model changes, want 1 or 2", changes)
+	}
+	if memPatches != 1 {
+		t.Errorf("b DIMM: %d Node status patches with a new memory, want exactly 1", memPatches)
+	}
+	if lost != 0 {
+		t.Errorf("b DIMM: %d lost events", lost)
+	}
 }
 
 // configuredBelow measures Path A2 held: memory configured below the
