@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -191,6 +193,16 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		t.Fatalf("%d containers, want 1", len(ps.Containers))
 	}
 	c := ps.Containers[0]
+
+	// Every flag the manifest gives is one the daemon takes: the built
+	// binary parses them all (--version stops it after the parse).
+	args := []string{}
+	for _, a := range c.Args {
+		args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", "worker-1"))
+	}
+	if out, err := exec.Command(daemonBin, append(args, "--version")...).CombinedOutput(); err != nil {
+		t.Errorf("node-resized %s: %v: %s", strings.Join(c.Args, " "), err, out)
+	}
 
 	// The node's name from the downward API.
 	if !slices.Contains(c.Args, "--node-name=$(NODE_NAME)") {
