@@ -29,6 +29,7 @@ const (
 	nodeTaint   = "e2e-taint"
 	nodeResize  = "e2e-resizectl"
 	nodeNRT     = "e2e-nrt"
+	nodeUninst  = "e2e-uninstall"
 )
 
 var (
@@ -68,7 +69,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeUninst},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)
