@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/node-resized/node-resized/decide"
@@ -77,4 +78,36 @@ func SaveState(path string, st decide.State) error {
 		d.Close()
 	}
 	return nil
+}
+
+// RemoveState removes the state file and the temporary files a SaveState
+// cut short left beside it, so that a daemon started later (a
+// reinstall) decides from scratch rather than resume a state whose clamp
+// and condition an uninstall took away. It reports whether the state file
+// existed. Files an unreadable state was moved aside to
+// (PATH.corrupt-TIME) are kept for inspection; a package purge removes
+// the directory.
+func RemoveState(path string) (bool, error) {
+	dir, base := filepath.Dir(path), filepath.Base(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("read state directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), base+".tmp-") {
+			continue
+		}
+		tmp := filepath.Join(dir, e.Name())
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("remove temporary state file %s: %w", tmp, err)
+		}
+	}
+	err = os.Remove(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("remove state file %s: %w", path, err)
+	}
+	return true, nil
 }

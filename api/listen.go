@@ -16,6 +16,18 @@ import (
 // connect.
 const SocketMode os.FileMode = 0o660
 
+// Serving reports whether a process accepts connections on the unix
+// socket at path (a daemon is running there); a stale socket file left by
+// a crash, or none, is not serving.
+func Serving(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // Listen creates the unix socket at path: it creates the parent directory,
 // replaces a stale socket left by a crash, refuses to replace a file that is
 // not a socket or a socket another daemon still serves, and gives the socket
@@ -40,8 +52,7 @@ func Listen(path, group string) (net.Listener, error) {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("socket path %s exists and is not a socket; remove it or choose another --socket", path)
 		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
+		if Serving(path) {
 			return nil, fmt.Errorf("socket %s is in use: another node-resized is running", path)
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -71,6 +71,31 @@ func TestListenRefusesLiveSocket(t *testing.T) {
 	}
 }
 
+// TestServing: a served socket is serving; a stale socket file and no
+// file are not.
+func TestServing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nr.sock")
+	if Serving(path) {
+		t.Error("serving without a socket file")
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Serving(path) {
+		t.Error("not serving while listening")
+	}
+	// A crashed daemon leaves its socket file behind.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the stale socket file is gone: %v", err)
+	}
+	if Serving(path) {
+		t.Error("serving on a stale socket file")
+	}
+}
+
 func TestListenRefusesNonSocket(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nr.sock")
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {

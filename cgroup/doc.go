@@ -53,6 +53,14 @@
 // file is still written directly (protection first), and the change reports
 // that systemd may restore the old value.
 //
+// # Restore
+//
+// [Enforcer.Restore] is node-resized --uninstall's write: the limits the
+// kubelet writes for the machine as it is now, through the same driver, so
+// that no limit of node-resized's own is left behind (a configured
+// capacity's clamp is lifted; a clamp for lost hardware is what the kubelet
+// writes for that hardware and stays).
+//
 // # Cgroup v1
 //
 // Enforcement needs the unified cgroup v2 hierarchy. On a cgroup v1 or
@@ -69,5 +77,7 @@
 //
 // The filesystem is a root path (normally /sys/fs/cgroup), so the same code
 // runs on synthetic cgroup v2 trees in tests; the statfs check that the root
-// is a cgroup filesystem can be skipped for such trees.
+// is a cgroup filesystem can be skipped for such trees. A daemon built with
+// the tag syntheticcgroups (the end-to-end tests' build) takes a synthetic
+// tree for --cgroup-root.
 package cgroup

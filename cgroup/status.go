@@ -92,6 +92,11 @@ type Status struct {
 	History []Change `json:"history,omitempty"`
 }
 
+// Summary names the files the change wrote with their values before and
+// after ("kubepods/memory.max 8589934592→7516192768; kubepods/cpu.weight
+// 118→157"), or "none".
+func (c Change) Summary() string { return summarize(c.Files) }
+
 func (c Change) clone() Change {
 	c.Files = append([]FileChange(nil), c.Files...)
 	return c

@@ -32,6 +32,12 @@
 // Node (see BuildTopology). It is told of each model change and writes at
 // once; it does not poll.
 //
+// For node-resized --uninstall, RemoveCondition, RemoveTaint and
+// RecordRemoval take node-resized's marks off the Node (its condition, its
+// taint) and say so in an event, each a single call that waits for the API
+// server; the Node's capacity is left to the kubelet, which writes its own
+// at its next status update.
+//
 // Every retry after a failed API call (a patch, a watch restart, a pod list,
 // an eviction or a NodeResourceTopology write) backs off exponentially up to
 // a cap, and each wait is jittered, so that the nodes of a fleet do not retry

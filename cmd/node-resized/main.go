@@ -54,6 +54,7 @@ NodeResourceTopology object (one zone per NUMA node) equal to the machine.
 Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
   node-resized --standalone [flags]    no cluster: detect, model, protect kubepods, serve locally
+  node-resized --uninstall [flags]     undo what it set on this node (stop the daemon first), and exit
 
 Examples:
   node-resized                                   node agent with the kubelet's kubeconfig
@@ -89,6 +90,7 @@ type options struct {
 	logLevel       string
 	logFormat      string
 	showVersion    bool
+	uninstall      bool
 
 	kubeconfig       string
 	nodeName         string
@@ -143,6 +145,10 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "auto", "auto (journal under systemd, text otherwise), journal, text or json")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&o.uninstall, "uninstall", false, "undo on this node what node-resized set, print one line per item and exit (1 if an item could not be undone): "+
+		"the kubepods limits back to what the kubelet writes for the machine as it is now (a configured capacity's clamp is lifted; a clamp for lost hardware is that already and stays), "+
+		"its "+decide.ConditionType+" condition and "+decide.TaintKey+" taint off the Node, its --state-file removed; "+
+		"give it the daemon's other flags, and stop the daemon first (the packages do both when they are removed)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "queries per second to the API server (the kubelet's own default)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kube.DefaultBurst, "burst of queries to the API server (the kubelet's own default)")
@@ -275,6 +281,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := newLogger(o, os.Stderr)
+	if o.uninstall {
+		if err := uninstall(ctx, o, log, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "node-resized:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, o, log); err != nil {
 		// One clear line: to the journal with fields under systemd, plain
 		// on stderr otherwise.

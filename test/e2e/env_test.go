@@ -36,6 +36,7 @@ type env struct {
 	d       *daemontest.Daemon
 	admin   kubernetes.Interface
 	reasons *reasonLog
+	args    []string // the daemon's flags, but for daemontest.Start's
 }
 
 type envOptions struct {
@@ -54,6 +55,7 @@ type envOptions struct {
 	args               []string // more daemon flags
 	// mach is the synthetic machine (nil: machine(cpus)).
 	mach *topologytest.Machine
+	bin  string // the daemon binary (default daemonBin)
 }
 
 const blockSize = 128 << 20
@@ -141,7 +143,12 @@ func setup(t *testing.T, node string, o envOptions) *env {
 	}
 	t.Cleanup(e.kubelet.Stop)
 	e.reasons = watchReasons(t, e.admin, node)
-	e.d = daemontest.Start(t, daemonBin, args...)
+	bin := o.bin
+	if bin == "" {
+		bin = daemonBin
+	}
+	e.args = args
+	e.d = daemontest.Start(t, bin, args...)
 	return e
 }
 

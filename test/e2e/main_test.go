@@ -30,6 +30,7 @@ const (
 	nodeResize  = "e2e-resizectl"
 	nodeNRT     = "e2e-nrt"
 	nodeProbes  = "e2e-probes"
+	nodeUninst  = "e2e-uninstall"
 )
 
 var (
@@ -69,7 +70,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeProbes},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeProbes, nodeUninst},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)

@@ -13,7 +13,8 @@ import (
 // with systemd (a private /run with /run/systemd/system, in a mount
 // namespace of their own) against a systemctl that records what it is asked.
 // The scripts reload systemd, restart a running daemon on upgrade, stop it on
-// removal, and never enable or start it. The scripts that delete the state
+// removal and then run node-resized --uninstall (a recording stand-in) with
+// the flags of /etc/default/node-resized, and never enable or start it. The scripts that delete the state
 // (deb purge, rpm erase) run in the install tests, in temporary roots.
 func TestScriptsWithSystemd(t *testing.T) {
 	need(t, "unshare", "mount")
@@ -24,6 +25,12 @@ func TestScriptsWithSystemd(t *testing.T) {
 	calls := filepath.Join(t.TempDir(), "calls")
 	write(t, filepath.Join(bin, "systemctl"), "#!/bin/sh\necho \"$*\" >>\"$SYSTEMCTL_CALLS\"\nexit \"${SYSTEMCTL_EXIT:-0}\"\n")
 	if err := os.Chmod(filepath.Join(bin, "systemctl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// node-resized records its arguments in the same list, so that the
+	// order of the stop and the uninstall shows.
+	write(t, filepath.Join(bin, "node-resized"), "#!/bin/sh\necho \"node-resized $*\" >>\"$SYSTEMCTL_CALLS\"\nexit \"${UNINSTALL_EXIT:-0}\"\n")
+	if err := os.Chmod(filepath.Join(bin, "node-resized"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The systemd test: /run/systemd/system exists only in the namespace.
@@ -38,9 +45,14 @@ func TestScriptsWithSystemd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrapper := mount + " -t tmpfs tmpfs /run && " + mkdirProg + ` -p /run/systemd/system && exec /bin/sh "$@"`
+	// /etc/default/node-resized, in the namespace only, holds flags with a
+	// word that a shell would expand as a glob.
+	wrapper := mount + " -t tmpfs tmpfs /run && " + mkdirProg + " -p /run/systemd/system && " +
+		mount + " -t tmpfs tmpfs /etc/default && " +
+		`echo 'NODE_RESIZED_ARGS="--node-name w* --kubeconfig /etc/nr.conf"' >/etc/default/node-resized && exec /bin/sh "$@"`
 
 	const reload, restart, stop = "daemon-reload", "try-restart node-resized.service", "stop node-resized.service"
+	const uninstall = "node-resized --log-level warn --node-name w* --kubeconfig /etc/nr.conf --uninstall"
 	for _, c := range []struct {
 		script string
 		args   []string
@@ -55,7 +67,10 @@ func TestScriptsWithSystemd(t *testing.T) {
 		{"deb/postinst", []string{"configure", ""}, []string{"DPKG_ROOT=/srv/root"}, nil},
 		// No systemctl at all.
 		{"deb/postinst", []string{"configure", ""}, []string{"PATH=/nonexistent"}, nil},
-		{"deb/prerm", []string{"remove"}, nil, []string{stop}},
+		{"deb/prerm", []string{"remove"}, nil, []string{stop, uninstall}},
+		// An uninstall that fails does not stop the removal.
+		{"deb/prerm", []string{"remove"}, []string{"UNINSTALL_EXIT=1"}, []string{stop, uninstall}},
+		{"deb/prerm", []string{"remove"}, []string{"DPKG_ROOT=/srv/root"}, nil},
 		{"deb/prerm", []string{"upgrade", "1.2.4"}, nil, nil},
 		{"deb/prerm", []string{"failed-upgrade", "1.2.4"}, nil, nil},
 		{"deb/prerm", []string{"remove"}, []string{"PATH=/nonexistent"}, nil},
@@ -64,7 +79,8 @@ func TestScriptsWithSystemd(t *testing.T) {
 		{"rpm/post", []string{"1"}, nil, []string{reload}},
 		{"rpm/post", []string{"2"}, nil, []string{reload, restart}},
 		{"rpm/post", []string{"2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{reload, restart}},
-		{"rpm/preun", []string{"0"}, nil, []string{stop}},
+		{"rpm/preun", []string{"0"}, nil, []string{stop, uninstall}},
+		{"rpm/preun", []string{"0"}, []string{"UNINSTALL_EXIT=1"}, []string{stop, uninstall}},
 		{"rpm/preun", []string{"1"}, nil, nil},
 		{"rpm/postun", []string{"1"}, nil, nil},
 	} {

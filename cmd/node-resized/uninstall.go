@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/node-resized/node-resized/agent"
+	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/cgroup"
+	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// uninstaller undoes on this node what node-resized set (--uninstall). The
+// work is each part's own; this only calls them in order and prints one
+// line per item.
+type uninstaller struct {
+	o      *options
+	log    *slog.Logger
+	out    io.Writer
+	failed []string // the items not undone
+}
+
+// uninstall undoes, one item after the other, each one that can be done
+// even when another failed: the kubepods limits, the Node's condition and
+// taint (its capacity is the kubelet's), an event, the state file. It
+// refuses to run beside a running daemon, which would put back what it
+// removes, and fails when any item could not be undone.
+func uninstall(ctx context.Context, o *options, log *slog.Logger, out io.Writer) error {
+	if api.Serving(o.socket) {
+		return fmt.Errorf("--uninstall: node-resized is running (its socket %s answers) and would put back what this removes: stop it first (systemctl stop node-resized)", o.socket)
+	}
+	u := &uninstaller{o: o, log: log, out: out}
+	done, err := u.restoreKubepods(ctx)
+	u.report("kubepods", done, err)
+	if !o.standalone {
+		u.removeFromNode(ctx)
+	}
+	removed, err := agent.RemoveState(o.stateFile)
+	u.report("state", either(removed, "removed "+o.stateFile, "no state file at "+o.stateFile), err)
+	if len(u.failed) > 0 {
+		return fmt.Errorf("--uninstall: %s not undone (see above); everything else was", strings.Join(u.failed, ", "))
+	}
+	return nil
+}
+
+// report prints one item's line.
+func (u *uninstaller) report(item, done string, err error) {
+	if err != nil {
+		fmt.Fprintf(u.out, "%s: failed: %v\n", item, err)
+		u.failed = append(u.failed, item)
+		return
+	}
+	fmt.Fprintf(u.out, "%s: %s\n", item, done)
+}
+
+// restoreKubepods sets the kubepods limits to what the kubelet writes for
+// the machine as it is now.
+func (u *uninstaller) restoreKubepods(ctx context.Context) (string, error) {
+	o := u.o
+	if !o.enforce {
+		return "left as they are (--enforce=false: node-resized wrote no limits)", nil
+	}
+	kcfg, err := loadKubeletConfig(o, u.log)
+	if err != nil {
+		return "", err
+	}
+	e, err := newEnforcer(o, kcfg, u.log, nil)
+	if err != nil {
+		return "", err
+	}
+	if e == nil {
+		return "left as they are (the kubelet runs without cgroupsPerQOS: there is no kubepods cgroup)", nil
+	}
+	fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
+	if err != nil {
+		return "", err
+	}
+	snap, err := fsys.Snapshot()
+	if err != nil {
+		return "", fmt.Errorf("read the machine: %w", err)
+	}
+	capac := snap.Capacity()
+	ch, err := e.Restore(ctx, decide.KubepodsLimits(capac, kcfg.Reservations), snap)
+	if err != nil {
+		return "", err
+	}
+	machine := "what the kubelet writes for the machine as it is (" + capac.Published().String() + ")"
+	switch ch.Result {
+	case cgroup.ResultSkipped:
+		return "left as they are: " + ch.Reason, nil
+	case cgroup.ResultUnchanged:
+		return "already " + machine, nil
+	}
+	return "set to " + machine + ": " + ch.Summary(), nil
+}
+
+// removeFromNode takes node-resized's condition and taint off the Node
+// and records an event saying so.
+func (u *uninstaller) removeFromNode(ctx context.Context) {
+	o := u.o
+	relay, err := kube.Connect(kube.Options{
+		Kubeconfig: o.kubeconfig, NodeName: o.nodeName, QPS: float32(o.kubeAPIQPS), Burst: o.kubeAPIBurst, Logger: u.log,
+	})
+	if err != nil {
+		u.report("node", "", fmt.Errorf("%w; its condition and any taint stay on the Node", err))
+		return
+	}
+	node := "Node " + o.nodeName
+	removed, err := relay.RemoveCondition(ctx)
+	u.report("condition", either(removed, "removed "+decide.ConditionType+" from "+node,
+		node+" has no "+decide.ConditionType+" condition"), err)
+	removed, err = relay.RemoveTaint(ctx)
+	u.report("taint", either(removed, "removed "+decide.TaintKey+":NoSchedule from "+node,
+		node+" does not carry "+decide.TaintKey), err)
+	u.report("capacity", "left to the kubelet, which writes its own view of the machine over the Node's capacity and "+
+		"allocatable at its next status update (nodeStatusUpdateFrequency, 10s by default)", nil)
+
+	msg := "node-resized was uninstalled from this node: the kubepods limits are the kubelet's for the machine as it is, and its condition is removed"
+	if len(u.failed) > 0 {
+		msg = "node-resized was uninstalled from this node; not undone: " + strings.Join(u.failed, ", ")
+	}
+	// The event only tells: not recording it leaves nothing behind.
+	if err := relay.RecordRemoval(ctx, msg); err != nil {
+		fmt.Fprintf(u.out, "event: not recorded (this leaves nothing behind): %v\n", err)
+		return
+	}
+	fmt.Fprintf(u.out, "event: recorded Normal %s on %s\n", kube.ReasonRemoved, node)
+}
+
+func either(cond bool, yes, no string) string {
+	if cond {
+		return yes
+	}
+	return no
+}

@@ -1,0 +1,135 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/node-resized/node-resized/decide"
+)
+
+// Taking node-resized's marks off its Node, for node-resized --uninstall.
+// The Node's capacity and allocatable are not written back: they are the
+// kubelet's, and it writes its own view over them at its next status
+// update (nodeStatusUpdateFrequency, 10 s by default), which is the Node
+// as it would be without node-resized.
+
+// ReasonRemoved is the reason of the Normal event RecordRemoval records.
+const ReasonRemoved = "NodeResizedRemoved"
+
+// callTimeout bounds each API call of the removal.
+const callTimeout = 10 * time.Second
+
+// RemoveCondition deletes node-resized's CapacityConfigured condition from
+// the Node's status, and reports whether the Node had one. The delete is a
+// strategic-merge patch of nodes/status with "$patch": "delete" on the
+// condition of that type (conditions merge by type), so no other condition
+// is touched and a kubelet's status write at the same moment is not
+// overwritten. The Node authorizer lets a node's own identity do it.
+func (r *Relay) RemoveCondition(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	n, err := r.client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read Node %s: %w", r.opts.NodeName, err)
+	}
+	found := false
+	for _, c := range n.Status.Conditions {
+		found = found || c.Type == decide.ConditionType
+	}
+	if !found {
+		return false, nil
+	}
+	body, err := json.Marshal(map[string]any{
+		"status": map[string]any{
+			"conditions": []map[string]any{{"type": decide.ConditionType, "$patch": "delete"}},
+		},
+	})
+	if err != nil {
+		return false, fmt.Errorf("encode the condition's removal: %w", err)
+	}
+	_, err = r.client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, body,
+		metav1.PatchOptions{FieldManager: "node-resized"}, "status")
+	if err != nil {
+		return false, fmt.Errorf("remove condition %s from Node %s: %w", decide.ConditionType, r.opts.NodeName, err)
+	}
+	return true, nil
+}
+
+// TaintForbiddenError is the API server's refusal to let this identity
+// change the Node's taints: the NodeRestriction admission plugin forbids
+// a node's own identity to.
+type TaintForbiddenError struct {
+	Node string
+	Err  error
+}
+
+func (e *TaintForbiddenError) Error() string {
+	return fmt.Sprintf("this identity may not change the taints of Node %s (the NodeRestriction admission plugin forbids a node's own identity to): "+
+		"remove it with kubectl taint node %s %s:NoSchedule-, or run again with a --kubeconfig whose identity may patch the Node (packaging/rbac.yaml): %v",
+		e.Node, e.Node, decide.TaintKey, e.Err)
+}
+
+func (e *TaintForbiddenError) Unwrap() error { return e.Err }
+
+// RemoveTaint takes the NoSchedule taint decide.TaintKey off the Node if
+// it carries it, whether or not --taint-while-stale is on now (it may have
+// been on before), and reports whether it did. Reading the Node needs no
+// more than the node's own identity; changing its taints does (see
+// TaintForbiddenError), so a Node without the taint asks for nothing more.
+func (r *Relay) RemoveTaint(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var (
+		removed bool
+		err     error
+	)
+	for range 5 {
+		if removed, err = r.setTaint(ctx, false); !apierrors.IsConflict(err) {
+			break
+		}
+	}
+	switch {
+	case apierrors.IsForbidden(err):
+		return false, &TaintForbiddenError{Node: r.opts.NodeName, Err: err}
+	case err != nil:
+		return false, fmt.Errorf("remove taint %s from Node %s: %w", decide.TaintKey, r.opts.NodeName, err)
+	}
+	return removed, nil
+}
+
+// RecordRemoval records a Normal event ReasonRemoved on the Node with
+// message, and waits for the API server to take it (unlike Event, which
+// queues).
+func (r *Relay) RecordRemoval(ctx context.Context, message string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	now := r.clock.Now()
+	hostname, _ := os.Hostname()
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", r.opts.NodeName, now.UnixNano()),
+			Namespace: metav1.NamespaceDefault, // where the event recorder puts a Node's events
+		},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: "node-resized",
+		ReportingInstance:   "node-resized-" + hostname,
+		Action:              "Uninstall",
+		Reason:              ReasonRemoved,
+		Regarding:           corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.opts.NodeName, UID: types.UID(r.opts.NodeName)},
+		Note:                message,
+		Type:                corev1.EventTypeNormal,
+	}
+	if _, err := r.client.EventsV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("record event %s on Node %s: %w", ReasonRemoved, r.opts.NodeName, err)
+	}
+	return nil
+}
