@@ -23,7 +23,8 @@ const (
 	guestCgroupRoot = "/sys/fs/cgroup"
 	guestKubepods   = guestCgroupRoot + "/kubepods"
 	guestDaemon     = "/bin/node-resized"
-	guestCtl        = "/bin/node-resizectl"
+	guestCtlDir     = "/opt/ctl"
+	guestCtl        = guestCtlDir + "/node-resizectl"
 	guestTool       = "/bin/vmtool"
 )
 
@@ -71,6 +72,9 @@ kp=` + guestKubepods + `
 ctrls="+cpu +cpuset +memory +pids"
 fail() { echo "vmscenario setup: $*" >&2; exit 1; }
 
+mkdir -p ` + guestCtlDir + ` && mount -t 9p -o trans=virtio,version=9p2000.L,ro ctl ` + guestCtlDir + ` ||
+	fail "mount the CLI's share"
+
 echo "$ctrls" >$cg/cgroup.subtree_control || fail "root subtree_control"
 mkdir -p $kp || fail "mkdir kubepods"
 echo "$ctrls" >$kp/cgroup.subtree_control || fail "kubepods subtree_control"
@@ -113,6 +117,7 @@ var env struct {
 	kernel    vm.Kernel
 	initramfs string
 	dir       string
+	ctlDir    string // the host folder of node-resizectl, the guest's guestCtlDir
 	prepTime  time.Duration
 }
 
@@ -136,14 +141,26 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	env.dir = dir
+	// The daemon lives in the initramfs, in the guest's RAM, as the
+	// thing whose footprint the OOM scenario's room measures; the CLI is
+	// only the test's tool and comes from a read-only share, as from a
+	// disk.
 	bin := os.Getenv("NODE_RESIZED_VM_BINDIR")
+	env.ctlDir = bin
 	if bin == "" {
 		bin = dir
-		for _, name := range []string{"node-resized", "node-resizectl"} {
-			if err := goBuild(filepath.Join(dir, name), "./cmd/"+name, "../.."); err != nil {
-				fmt.Fprintln(os.Stderr, "vmscenario:", err)
-				return 1
-			}
+		env.ctlDir = filepath.Join(dir, "ctl")
+		if err := os.Mkdir(env.ctlDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "vmscenario:", err)
+			return 1
+		}
+		if err := goBuild(filepath.Join(dir, "node-resized"), "./cmd/node-resized", "../.."); err != nil {
+			fmt.Fprintln(os.Stderr, "vmscenario:", err)
+			return 1
+		}
+		if err := goBuild(filepath.Join(env.ctlDir, "node-resizectl"), "./cmd/node-resizectl", "../.."); err != nil {
+			fmt.Fprintln(os.Stderr, "vmscenario:", err)
+			return 1
 		}
 	}
 	tool := filepath.Join(dir, "vmtool")
@@ -156,11 +173,11 @@ func run(m *testing.M) int {
 		Output: filepath.Join(dir, "initramfs.cpio"),
 		Files: []vm.File{
 			{Path: guestDaemon, Source: filepath.Join(bin, "node-resized"), Mode: 0o755},
-			{Path: guestCtl, Source: filepath.Join(bin, "node-resizectl"), Mode: 0o755},
 			{Path: guestTool, Source: tool, Mode: 0o755},
 			{Path: guestKubeletCfg, Data: []byte(kubeletConfig)},
 		},
-		Setup: setupScript(),
+		Setup:   setupScript(),
+		Modules: append(append([]string{}, vm.DefaultModules...), vm.ShareModules...),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vmscenario: initramfs:", err)

@@ -74,6 +74,7 @@ func TestScenarios(t *testing.T) {
 		Mem:       512 << 20,
 		Slots:     4,
 		MaxMem:    4 << 30,
+		Shares:    []vm.Share{{Tag: "ctl", Path: env.ctlDir, ReadOnly: true}},
 		// NUMA nil: node 0 = CPUs 0-1 and all boot memory, node 1 =
 		// CPUs 2-3 and no memory.
 	})
