@@ -143,9 +143,12 @@ type loop struct {
 	memSeen uint64 // the last MemTotal the watch acted on
 	// active is when the loop last took a timed input (a uevent, lost
 	// events, a MemTotal change) or finished rebuilding a batch of them;
-	// zero before the first. An input that comes a quiet window after it
-	// or later is the leading edge of a burst.
+	// zero before the first. burst says that an input has been held since
+	// the last leading edge: a burst is under way. An input is a leading
+	// edge, rebuilt at once, when it comes a quiet window after active or
+	// later, or, while no burst is under way, a quarter of one.
 	active time.Time
+	burst  bool
 }
 
 func (m *Monitor) newLoop(snap *topology.Snapshot) *loop {
@@ -301,13 +304,18 @@ func (l *loop) open() *batch {
 // arrive records a timed input that arrived at at, and says when its batch
 // is due:
 //
-//   - the leading edge of a burst (the loop has taken no timed input and
-//     rebuilt none for a quiet window) and a loss are due at once: the
-//     model follows a single event, and the first of a burst, within the
-//     rebuild's time, and a loss is never held;
-//   - any other input opens the trailing batch of the burst or extends
-//     it, pushing its deadline out to the end of the quiet window but
-//     never past MaxWait from the batch's first input.
+//   - a leading edge and a loss are due at once: the model follows a
+//     single event, and the first of a burst, within the rebuild's time,
+//     and a loss is never held. An input is a leading edge when the loop
+//     has taken no timed input and rebuilt none for a quiet window, or,
+//     while no burst is under way, for a quarter of one: single events a
+//     few milliseconds apart (a CPU taken offline and brought back) are
+//     each rebuilt at once;
+//   - any other input starts a burst, or goes on with it: it opens the
+//     burst's trailing batch or extends it, pushing its deadline out to
+//     the end of the quiet window but never past MaxWait from the batch's
+//     first input. The burst lasts until an input comes a quiet window
+//     after the loop was last busy.
 //
 // The quiet window counts from when the loop takes the input, not from
 // its arrival: inputs that queued up while the loop was rebuilding are
@@ -322,8 +330,12 @@ func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 		b.first = at
 	}
 	now := l.clock.Now()
-	leading := l.active.IsZero() || now.Sub(l.active) >= l.m.cfg.Quiet
+	gap, quiet := now.Sub(l.active), l.m.cfg.Quiet
+	leading := l.active.IsZero() || gap >= quiet || (!l.burst && gap >= quiet/4)
 	l.active = now
+	if leading {
+		l.burst = false
+	}
 	switch {
 	case leading || loss:
 		b.due = true
@@ -331,6 +343,7 @@ func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 	case b.due:
 		// Due already, or waiting out a retry's backoff.
 	default:
+		l.burst = true
 		quietFrom := at
 		if now.After(quietFrom) {
 			quietFrom = now

@@ -61,11 +61,12 @@ const (
 
 // Config tunes the loop. The zero value of a field takes the default.
 type Config struct {
-	// Quiet is the quiet window (default 20ms): an input that comes this
-	// long after the loop last took one or rebuilt is the leading edge of
-	// a burst and is rebuilt at once; the inputs after it are held until
-	// none has come for Quiet, and rebuilt as one trailing change. Losses
-	// are never held.
+	// Quiet is the quiet window (default 20ms). An input that comes this
+	// long after the loop last took one or rebuilt, or a quarter of this
+	// long while no burst is under way, is a leading edge and is rebuilt
+	// at once. An input that follows sooner starts a burst or goes on with
+	// it: the burst's inputs are held until none has come for Quiet, and
+	// rebuilt as one trailing change. Losses are never held.
 	Quiet time.Duration
 	// MaxWait bounds the delay of a trailing rebuild from its first input,
 	// however long the burst goes on (default 500ms).

@@ -447,6 +447,48 @@ func TestBurstIsLeadingAndTrailingChange(t *testing.T) {
 	}
 }
 
+// Single events a few milliseconds apart are each a leading edge; a burst
+// starts when one follows another within a quarter of the quiet window,
+// and lasts until a quiet window passes.
+func TestSingleEventsAreEachALeadingEdge(t *testing.T) {
+	h := start(t, Config{Quiet: 20 * time.Millisecond, MaxWait: time.Second, MemPoll: -1, Resync: -1})
+	gain := func(cpus topology.CPUSet, seq uint64) {
+		h.machine.set(cpus, 4<<30)
+		h.src.inject("cpu", uevent.ActionOnline, seq)
+	}
+	gain(topology.CPUSet{0, 1, 2}, 1)
+	h.next()
+	h.clock.Step(5 * time.Millisecond)
+	gain(topology.CPUSet{0, 1, 2, 3}, 2)
+	exactly(t, "the wait of a second single event 5ms later", h.flush(), 0)
+	if c := h.next(); c.Events != 1 || c.Capacity[resources.CPU] != 4000 {
+		t.Errorf("change of %d events, cpu %d; want the event alone, 4 CPUs", c.Events, c.Capacity[resources.CPU])
+	}
+	// The next one follows within 5ms: a burst begins, held for the quiet
+	// window; inside it, 10ms gaps do not end it.
+	h.clock.Step(4 * time.Millisecond)
+	gain(topology.CPUSet{0, 1, 2, 3, 4}, 3)
+	h.settle()
+	for seq := uint64(4); seq <= 5; seq++ {
+		h.clock.Step(10 * time.Millisecond)
+		gain(topology.CPUSet{0, 1, 2, 3, 4, 5}, seq)
+		h.settle()
+	}
+	exactly(t, "the burst's quiet window", h.fire(), 20*time.Millisecond)
+	if c := h.next(); c.Events != 3 || c.Capacity[resources.CPU] != 6000 {
+		t.Errorf("change of %d events, cpu %d; want the burst's 3, 6 CPUs", c.Events, c.Capacity[resources.CPU])
+	}
+	// A quiet window later, single events are leading edges again.
+	h.clock.Step(20 * time.Millisecond)
+	gain(topology.CPUSet{0, 1, 2, 3, 4, 5, 6}, 6)
+	exactly(t, "the wait of a single event after the burst", h.flush(), 0)
+	h.next()
+	h.clock.Step(5 * time.Millisecond)
+	gain(topology.CPUSet{0, 1, 2, 3, 4, 5, 6, 7}, 7)
+	exactly(t, "the wait of the next single event", h.flush(), 0)
+	h.next()
+}
+
 // A loss in the middle of a burst is not held: it is rebuilt at once, with
 // the inputs that were waiting for the burst to end.
 func TestLossIsNeverHeld(t *testing.T) {

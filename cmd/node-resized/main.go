@@ -132,7 +132,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "also serve /metrics on this TCP address, e.g. 127.0.0.1:9477 (empty: only on the socket)")
 	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal watch and resyncs still run)")
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
-	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "an event after this long without one is rebuilt at once (so is every loss); the events that follow it closer together are a burst, rebuilt as one change once none has arrived for this long")
+	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "an event after this long without one (a quarter of it, outside a burst) is rebuilt at once, and so is every loss; events that follow closer together are a burst, rebuilt as one change once none has arrived for this long")
 	fs.DurationVar(&o.maxWait, "coalesce-max", 500*time.Millisecond, "rebuild a burst's held events at the latest this long after the first of them")
 	fs.DurationVar(&o.gainWindow, "coalesce-gains", 250*time.Millisecond, "hold a Node status patch that only adds capacity until the wanted status has not changed for this long, at most twice as long, so that a hot-add costs one patch; a loss and every other status are patched at once (0: every status at once)")
 	fs.DurationVar(&o.memPoll, "memtotal-interval", time.Second, "how often to check MemTotal for changes that send no uevent (0: off)")
