@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -420,21 +421,40 @@ func TestRealCPUHotplugToPatch(t *testing.T) {
 		}
 		e.waitState(cpus, "Accepted")
 	}
-	var lat []time.Duration
+	// A loss is patched at once, a gain after --coalesce-gains: the
+	// patches of the smaller machine are the losses'.
+	var lat, losses, gains []time.Duration
+	smaller := fmt.Sprintf("cpu=%d,", cpus-1)
 	for _, r := range e.d.Stderr.Records("Node status patched")[before:] {
 		if ns, ok := r["latency"].(float64); ok {
 			lat = append(lat, time.Duration(ns))
+			if c, _ := r["capacity"].(string); strings.HasPrefix(c, smaller) {
+				losses = append(losses, time.Duration(ns))
+			} else {
+				gains = append(gains, time.Duration(ns))
+			}
 		}
 	}
 	if len(lat) < 2*cycles {
 		t.Fatalf("%d patches carried a hardware-event latency over %d cycles, want at least %d", len(lat), cycles, 2*cycles)
 	}
-	slices.Sort(lat)
-	q := func(p float64) time.Duration {
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Microsecond)
+	t.Logf("uevent → acknowledged Node patch over %d cpu1 offline/online cycles: %s", cycles, latencies(lat))
+	t.Logf("  cpu1 offline (a loss, patched at once): %s", latencies(losses))
+	t.Logf("  cpu1 online (a gain, held for --coalesce-gains): %s", latencies(gains))
+}
+
+// latencies summarises ls by nearest rank.
+func latencies(ls []time.Duration) string {
+	if len(ls) == 0 {
+		return "n=0"
 	}
-	t.Logf("uevent → acknowledged Node patch over %d cpu1 offline/online cycles: n=%d min=%s median=%s p90=%s p99=%s max=%s",
-		cycles, len(lat), lat[0].Round(time.Microsecond), q(0.5), q(0.9), q(0.99), lat[len(lat)-1].Round(time.Microsecond))
+	s := slices.Clone(ls)
+	slices.Sort(s)
+	q := func(p float64) time.Duration {
+		return s[max(0, int(math.Ceil(p*float64(len(s))))-1)].Round(time.Microsecond)
+	}
+	return fmt.Sprintf("n=%d min=%s median=%s p90=%s p99=%s max=%s",
+		len(s), s[0].Round(time.Microsecond), q(0.5), q(0.9), q(0.99), s[len(s)-1].Round(time.Microsecond))
 }
 
 // realCapacity returns this machine's cpu and memory capacity as the
