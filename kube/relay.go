@@ -25,6 +25,7 @@ import (
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/resources"
 )
 
 // DefaultKubeconfig is the kubelet's own kubeconfig: using it puts the
@@ -72,6 +73,15 @@ type Options struct {
 	// the nodes of a fleet do not retry in lockstep after an API server
 	// outage.
 	MinBackoff, MaxBackoff time.Duration
+	// GainWindow holds back a Node status that only adds capacity: it is
+	// patched once the wanted status has not changed for GainWindow, and
+	// at the latest twice GainWindow after it was first wanted, so that
+	// the changes one hot-add makes of the model (a burst's leading and
+	// trailing change) cost one patch. Any other status (a loss, a
+	// changed taint, the same capacity with another condition, the first
+	// status) is patched at once and takes a held gain along. Zero sends
+	// every status at once.
+	GainWindow time.Duration
 	// Clock is the relay's clock (default the real one).
 	Clock clock.Clock
 	// Taint turns on the NoSchedule taint decide.TaintKey: each status
@@ -100,6 +110,9 @@ func (o Options) validate() error {
 	}
 	if o.Burst < 0 {
 		return fmt.Errorf("API client burst must be positive, got %d", o.Burst)
+	}
+	if o.GainWindow < 0 {
+		return fmt.Errorf("the window for a capacity gain must not be negative, got %s", o.GainWindow)
 	}
 	return nil
 }
@@ -184,13 +197,17 @@ type Relay struct {
 
 	wake chan struct{}
 
-	mu        sync.Mutex         // guards the fields below
-	subs      []NodeSubscriber   // the watch's subscribers, in order
-	want      *decide.NodeStatus // the newest wanted status, nil when none
-	sent      *decide.NodeStatus // the last status the API server acknowledged
-	patches   uint64
-	lastErr   error
-	lastPatch time.Time
+	mu   sync.Mutex         // guards the fields below
+	subs []NodeSubscriber   // the watch's subscribers, in order
+	want *decide.NodeStatus // the newest wanted status, nil when none
+	// wantFrom is when the wanted status was first wanted since the last
+	// acknowledged patch, wantAt when it last changed: a gain is held
+	// until wantAt+GainWindow, at most until wantFrom+2×GainWindow.
+	wantFrom, wantAt time.Time
+	sent             *decide.NodeStatus // the last status the API server acknowledged
+	patches          uint64
+	lastErr          error
+	lastPatch        time.Time
 	// synced is whether the Node watch has listed the Node once.
 	synced bool
 	// taintSeen is whether the Node was last seen carrying the taint (nil:
@@ -315,11 +332,17 @@ func (r *Relay) Run(ctx context.Context) error {
 // Publish sets the wanted Node status. It never blocks: the worker sends
 // the newest wanted status, so a burst of changes costs one patch.
 func (r *Relay) Publish(s decide.NodeStatus) {
+	now := r.clock.Now()
 	r.mu.Lock()
 	if r.want != nil && !r.want.Since.IsZero() && (s.Since.IsZero() || r.want.Since.Before(s.Since)) {
 		// Keep the earliest unacknowledged hardware change for the
 		// latency measurement.
 		s.Since = r.want.Since
+	}
+	if r.want == nil {
+		r.wantFrom, r.wantAt = now, now
+	} else if !sameStatus(*r.want, s) {
+		r.wantAt = now
 	}
 	r.want = &s
 	r.mu.Unlock()
@@ -351,24 +374,33 @@ func (r *Relay) Stats() Stats {
 
 // sendStatuses sends wanted statuses until ctx is done. A failed patch is
 // retried with jittered exponential backoff; what is retried is always the
-// newest wanted status, and a newer status is sent at once.
+// newest wanted status, and a newer status is sent at once, unless it only
+// adds capacity: that one waits for Options.GainWindow (see held).
 func (r *Relay) sendStatuses(ctx context.Context) {
 	backoff := retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
-	var retry clock.Timer
-	defer func() { stopTimer(retry) }()
+	var retry, hold clock.Timer
+	defer func() { stopTimer(retry); stopTimer(hold) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		case <-timerC(retry):
+		case <-timerC(hold):
 		}
 		stopTimer(retry)
-		retry = nil
+		stopTimer(hold)
+		retry, hold = nil, nil
 		r.mu.Lock()
 		want := r.want
+		wait := r.held()
 		r.mu.Unlock()
 		if want == nil {
+			continue
+		}
+		if wait > 0 {
+			hold = r.clock.NewTimer(wait)
+			r.armed.Add(1)
 			continue
 		}
 		err := r.send(ctx, *want)
@@ -385,6 +417,54 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 		backoff = retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
 		r.patched(want)
 	}
+}
+
+// held returns how much longer the wanted status waits before it is
+// patched: while it only adds capacity to the status last acknowledged
+// (gain), until it has not changed for GainWindow, and at most until
+// 2×GainWindow after it was first wanted; 0 when it goes now. r.mu must
+// be held.
+func (r *Relay) held() time.Duration {
+	w := r.opts.GainWindow
+	if w <= 0 || r.want == nil || r.sent == nil || !gain(*r.sent, *r.want) {
+		return 0
+	}
+	due := r.wantAt.Add(w)
+	if limit := r.wantFrom.Add(2 * w); due.After(limit) {
+		due = limit
+	}
+	return due.Sub(r.clock.Now())
+}
+
+// gain reports whether to only adds capacity to from: no capacity or
+// allocatable value lower or gone, at least one higher or new, and the
+// same taint. The condition may differ (a gain that fulfils a request).
+func gain(from, to decide.NodeStatus) bool {
+	if from.Taint != to.Taint {
+		return false
+	}
+	more := false
+	for _, pair := range [...][2]resources.List{{from.Capacity, to.Capacity}, {from.Allocatable, to.Allocatable}} {
+		was, now := pair[0], pair[1]
+		for name, v := range was {
+			if n, ok := now[name]; !ok || n < v {
+				return false
+			}
+		}
+		for name, n := range now {
+			if v, ok := was[name]; !ok || n > v {
+				more = true
+			}
+		}
+	}
+	return more
+}
+
+// sameStatus reports whether a and b ask for the same Node status (their
+// hardware-change times aside).
+func sameStatus(a, b decide.NodeStatus) bool {
+	return a.Capacity.Equal(b.Capacity) && a.Allocatable.Equal(b.Allocatable) && a.Taint == b.Taint &&
+		a.Condition.Same(b.Condition)
 }
 
 // send sends one wanted status: a taint the status asks for is set
@@ -423,6 +503,8 @@ func (r *Relay) patched(want *decide.NodeStatus) {
 	r.sent = want
 	if r.want == want {
 		r.want = nil // nothing newer arrived meanwhile
+	} else {
+		r.wantFrom = r.wantAt // the newer one is wanted since it came
 	}
 	r.mu.Unlock()
 	args := []any{"node", r.opts.NodeName, "capacity", want.Capacity.String(), "condition", string(want.Condition.Reason)}

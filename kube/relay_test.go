@@ -324,6 +324,140 @@ func TestBurstOfPublishesIsOnePatch(t *testing.T) {
 	}
 }
 
+// heldFor waits for the worker to hold the wanted status, and checks that
+// it patches after exactly d more, not before.
+func (h *relayHarness) heldFor(t *testing.T, d time.Duration) {
+	t.Helper()
+	waitFor(t, "the worker to hold the status", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	h.stepped = h.r.armed.Load()
+	before := h.rec.count()
+	h.clock.Step(d - time.Nanosecond)
+	if !h.clock.HasWaiters() || h.rec.count() != before {
+		t.Fatalf("patched before %v", d)
+	}
+	h.clock.Step(time.Nanosecond)
+	waitFor(t, "the held patch", func() bool { return h.rec.count() == before+1 && !h.r.Stats().Pending })
+}
+
+func (h *relayHarness) cpu(t *testing.T) string {
+	t.Helper()
+	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := n.Status.Capacity[corev1.ResourceCPU]
+	return q.String()
+}
+
+// A status that only adds capacity waits until the wanted status has been
+// the same for the window, at most twice the window; the gains of one
+// hot-add are one patch.
+func TestGainIsHeldForItsWindow(t *testing.T) {
+	const w = 250 * time.Millisecond
+	var mu sync.Mutex
+	var calls []string
+	views := make(chan decide.NodeView, 10)
+	h := startRelayWith(t, 0, func(_ *corev1.Node, o *Options) { o.GainWindow = w },
+		viewRecorder{name: "watch", log: &calls, mu: &mu, views: views})
+	<-views                                       // the initial list is over: the Node shows 4 CPUs, nothing to republish
+	h.r.Publish(status(4, decide.ReasonAccepted)) // the first status: at once
+	waitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+
+	// A leading and a trailing gain 100ms apart: one patch, a window
+	// after the trailing one.
+	h.r.Publish(status(5, decide.ReasonAccepted))
+	waitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	h.stepped = h.r.armed.Load()
+	h.clock.Step(100 * time.Millisecond)
+	h.r.Publish(status(8, decide.ReasonAccepted))
+	h.heldFor(t, w)
+	if got := h.cpu(t); got != "8" || h.rec.count() != 2 {
+		t.Errorf("Node cpu %s after %d patches, want 8 after 2", got, h.rec.count())
+	}
+
+	// Gains that keep coming are patched twice the window after the
+	// first.
+	for cpu := int64(9); cpu <= 10; cpu++ {
+		h.r.Publish(status(cpu, decide.ReasonAccepted))
+		waitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+		h.stepped = h.r.armed.Load()
+		h.clock.Step(200 * time.Millisecond)
+	}
+	h.r.Publish(status(11, decide.ReasonAccepted))
+	h.heldFor(t, 2*w-400*time.Millisecond)
+	if got := h.cpu(t); got != "11" || h.rec.count() != 3 {
+		t.Errorf("Node cpu %s after %d patches, want 11 after 3", got, h.rec.count())
+	}
+
+	// A loss is patched at once and takes a held gain's place.
+	h.r.Publish(status(12, decide.ReasonAccepted))
+	waitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	h.r.Publish(status(3, decide.ReasonEmergencyReduced))
+	waitFor(t, "the loss's patch", func() bool { return h.rec.count() == 4 && !h.r.Stats().Pending })
+	if got := h.cpu(t); got != "3" {
+		t.Errorf("Node cpu %s after the loss, want 3", got)
+	}
+	// So is a status with the same capacity and another condition.
+	s := status(3, decide.ReasonAccepted)
+	h.r.Publish(s)
+	waitFor(t, "the condition's patch", func() bool { return h.rec.count() == 5 && !h.r.Stats().Pending })
+}
+
+// The same status wanted again does not hold a gain longer: the window
+// counts from the last change of what is wanted.
+func TestGainWindowCountsFromTheLastChange(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := New(fake.NewClientset(), dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{NodeName: "worker-1", Clock: clk, GainWindow: time.Second})
+	r.sent = &decide.NodeStatus{Capacity: resources.List{"cpu": 4000}}
+	first := clk.Now()
+	r.Publish(status(5, decide.ReasonAccepted))
+	clk.Step(300 * time.Millisecond)
+	r.Publish(status(5, decide.ReasonAccepted))
+	r.mu.Lock()
+	if !r.wantFrom.Equal(first) || !r.wantAt.Equal(first) || r.held() != 700*time.Millisecond {
+		t.Errorf("after the same status again: wanted from %v, changed at %v, held %v; want %v, %v, 700ms", r.wantFrom, r.wantAt, r.held(), first, first)
+	}
+	r.mu.Unlock()
+	r.Publish(status(6, decide.ReasonAccepted)) // at 300ms
+	clk.Step(900 * time.Millisecond)
+	r.mu.Lock()
+	if r.held() != 100*time.Millisecond {
+		t.Errorf("held %v 900ms after another gain, want the rest of its window, 100ms", r.held())
+	}
+	r.mu.Unlock()
+	r.Publish(status(7, decide.ReasonAccepted)) // at 1200ms
+	r.mu.Lock()
+	if r.held() != 800*time.Millisecond {
+		t.Errorf("held %v after a gain at 1.2s, want the rest of twice the window from the first, 800ms", r.held())
+	}
+	r.mu.Unlock()
+}
+
+func TestGain(t *testing.T) {
+	l := func(cpu, mem int64) resources.List { return resources.List{"cpu": cpu, "memory": mem} }
+	st := func(capac, alloc resources.List, taint bool) decide.NodeStatus {
+		return decide.NodeStatus{Capacity: capac, Allocatable: alloc, Taint: taint}
+	}
+	from := st(l(4, 8), l(4, 7), false)
+	for _, tc := range []struct {
+		name string
+		to   decide.NodeStatus
+		want bool
+	}{
+		{"more cpu", st(l(5, 8), l(5, 7), false), true},
+		{"more allocatable only", st(l(4, 8), l(4, 8), false), true},
+		{"a new resource", st(resources.List{"cpu": 4, "memory": 8, "hugepages-2Mi": 2}, l(4, 7), false), true},
+		{"the same", st(l(4, 8), l(4, 7), false), false},
+		{"more cpu, less memory", st(l(5, 7), l(5, 6), false), false},
+		{"a resource gone", st(resources.List{"cpu": 5}, l(5, 7), false), false},
+		{"more, and the taint set", st(l(5, 8), l(5, 7), true), false},
+	} {
+		if got := gain(from, tc.to); got != tc.want {
+			t.Errorf("%s: gain = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // viewRecorder is a NodeSubscriber that keeps what it is given.
 type viewRecorder struct {
 	name  string

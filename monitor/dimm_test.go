@@ -34,8 +34,9 @@ import (
 // each block offlined (pages isolated and migrated, MemTotal shrunk; the
 // online pace), then each removed (a device unregistered; the add pace).
 const (
-	dimmBlocks = 512 // 64 GiB in 128 MiB blocks
-	dimmFirst  = 64  // the DIMM's first block, after sysfsMachine's 64
+	dimmBlocks = 512  // 64 GiB in 128 MiB blocks
+	dimmFirst  = 64   // the DIMM's first block, after sysfsMachine's 64
+	dimmSeq0   = 7001 // the SEQNUM of the burst's first uevent (sysfsHarness's first)
 	addPace    = 100 * time.Microsecond
 	onlinePace = 300 * time.Microsecond
 )
@@ -113,14 +114,14 @@ func spinUntil(t time.Time) {
 // it made of the burst: the final model is the tree's, no uevent was lost,
 // every change's capacity is its model's, and the changes are bounded.
 //
-// The bound, as the loop coalesces today: a burst sent within one
-// coalescing window is exactly one change. A longer one is rebuilt at
-// MaxWait; when that rebuild takes longer than the quiet window (a 576-block
-// tree under the race detector does), the uevents queued meanwhile are
-// already past their quiet window when the loop takes them, and each is a
-// rebuild of its own until the burst ends. So past the first window the
-// only bound is one change per uevent sent after it.
-func checkBurst(t *testing.T, h *sysfsHarness, rec *recorder, took time.Duration) []Change {
+// The bound, as the loop coalesces: the burst's first event is a change of
+// its own, at once (the leading edge); so is each loss (losses are the
+// uevents for which loss says true, in the order sent); the other events
+// are coalesced into trailing changes, one for each coalescing window they
+// make as sent (the windows of a loop that waits for quiet after the last
+// event and at most MaxWait after the first). At the kernel's pace a
+// hot-add is one such window: two changes.
+func checkBurst(t *testing.T, h *sysfsHarness, rec *recorder, took time.Duration, losses int) []Change {
 	t.Helper()
 	fsys, err := topology.NewFS(h.tree.Sys, h.tree.Proc)
 	if err != nil {
@@ -158,23 +159,35 @@ func checkBurst(t *testing.T, h *sysfsHarness, rec *recorder, took time.Duration
 	// Windows taken a little narrower than the loop's, for the delay
 	// between a uevent's stamp and the loop taking it: more, shorter
 	// windows, so an upper bound on the loop's rebuilds.
-	windows, first := coalescingWindows(h.src.stamps, h.mon.cfg.Quiet/2, h.mon.cfg.MaxWait*9/10)
-	bound := 1 + len(h.src.stamps) - first
+	rest := h.src.stamps[1+losses:]
+	windows, _ := coalescingWindows(rest, h.mon.cfg.Quiet/2, h.mon.cfg.MaxWait*9/10)
+	bound := 1 + losses + windows
 	events := 0
-	t.Logf("one 64 GiB DIMM: %d uevents sent in %v (gaps %s); %d model changes, %d rebuilds; coalescing windows of this timeline: %d, the first with %d uevents; bound %d",
-		len(h.src.stamps), took.Round(time.Millisecond), gaps(h.src.stamps), len(changes), st.Rebuilds-1, windows, first, bound)
-	for _, c := range changes {
+	t.Logf("one 64 GiB DIMM: %d uevents sent in %v (gaps %s); %d model changes, %d rebuilds; the first event, %d losses, and %d coalescing windows of the rest as sent: bound %d",
+		len(h.src.stamps), took.Round(time.Millisecond), gaps(h.src.stamps), len(changes), st.Rebuilds-1, losses, windows, bound)
+	for i, c := range changes {
 		events += c.Events
-		t.Logf("  change #%d %v: %d uevents, seqnums %s, latency %v, memory %d MiB, %s rebuild%s: %s",
-			c.ID, c.Triggers, c.Events, c.Seqnums.String(), c.Latency().Round(time.Microsecond),
-			c.Capacity[resources.Memory]>>20, c.Rebuild.Kind, reason(c.Rebuild), c.Changes)
+		if i < 3 || i >= len(changes)-3 {
+			t.Logf("  change #%d %v: %d uevents, seqnums %s, latency %v, memory %d MiB, %s rebuild%s: %s",
+				c.ID, c.Triggers, c.Events, c.Seqnums.String(), c.Latency().Round(time.Microsecond),
+				c.Capacity[resources.Memory]>>20, c.Rebuild.Kind, reason(c.Rebuild), c.Changes)
+		} else if i == 3 {
+			t.Logf("  ... %d changes more ...", len(changes)-6)
+		}
 		if !slices.Equal(c.Triggers, []Trigger{TriggerUevent}) || c.LatencySeconds <= 0 {
 			t.Errorf("change #%d: triggers %v latency %v, want uevent alone, with a latency", c.ID, c.Triggers, c.LatencySeconds)
 		}
 	}
 	if len(changes) == 0 || len(changes) > bound {
-		t.Errorf("the DIMM made %d model changes, want 1 to %d (one for the first coalescing window of the burst as sent, at most one per uevent after it)",
+		t.Errorf("the DIMM made %d model changes, want 1 to %d (the first event, one per loss, one per coalescing window of the rest as sent)",
 			len(changes), bound)
+	}
+	if len(changes) > 0 {
+		// The first event is rebuilt at once, before the rest of the
+		// burst is taken.
+		if r := changes[0].Seqnums.Ranges; len(r) == 0 || r[0].First != dimmSeq0 {
+			t.Errorf("the first change carries seqnums %s, want the burst's first event, %d", changes[0].Seqnums.String(), dimmSeq0)
+		}
 	}
 	if events > 2*dimmBlocks {
 		t.Errorf("the changes carry %d uevents, more than the %d sent", events, 2*dimmBlocks)
@@ -251,8 +264,14 @@ func TestSysfsDIMMHotAdd(t *testing.T) {
 		}},
 		phase{uevent.ActionOnline, onlinePace, func(id int) { h.setBlock(id, 1, true) }},
 	)
-	checkBurst(t, h, rec, took)
+	changes := checkBurst(t, h, rec, took, 0)
 	checkMoved(t, h, before, dimmBlocks*int64(h.tree.BlockSize()))
+	// At the kernel's pace the hot-add is the leading change (the first
+	// block, offline: no capacity yet) and one trailing change with the
+	// whole DIMM.
+	if windows, _ := coalescingWindows(h.src.stamps[1:], h.mon.cfg.Quiet/2, h.mon.cfg.MaxWait*9/10); windows == 1 && len(changes) != 2 {
+		t.Errorf("a DIMM sent as one burst made %d model changes, want 2", len(changes))
+	}
 	snap, _ := h.mon.Snapshot()
 	if n := len(snap.MemoryBlocks); n != dimmFirst+dimmBlocks || snap.MemoryBlocks[n-1].State != topology.BlockOnline {
 		t.Errorf("%d blocks, the last %+v; want 576, all online", n, snap.MemoryBlocks[n-1])
@@ -273,8 +292,32 @@ func TestSysfsDIMMUnplug(t *testing.T) {
 		phase{uevent.ActionOffline, onlinePace, func(id int) { h.setBlock(id, 1, false) }},
 		phase{uevent.ActionRemove, addPace, func(id int) { h.tree.RemoveBlocks(id, 1) }},
 	)
-	checkBurst(t, h, rec, took)
+	// Every offline event takes an online block away: a loss, never held.
+	changes := checkBurst(t, h, rec, took, dimmBlocks-1)
 	checkMoved(t, h, before, -dimmBlocks*int64(h.tree.BlockSize()))
+	// The first block's loss is a change of its own, and each change
+	// after it takes more away (or removes what is offline already),
+	// until the whole DIMM is gone.
+	mem, final := before.List[resources.Memory], h.capacity().List[resources.Memory]
+	tightened := 0
+	for i, c := range changes {
+		got := c.Capacity[resources.Memory]
+		if i == 0 && got >= mem {
+			t.Errorf("the first change has memory %d, want less than %d: the first loss acted on", got, mem)
+		}
+		if got > mem {
+			t.Errorf("change #%d grew memory to %d from %d during an unplug", c.ID, got, mem)
+		}
+		if i > 0 && got < mem && got > final {
+			tightened++
+		}
+		mem = got
+	}
+	// The losses between the first and the last are acted on as they
+	// come, not held for the end of the burst.
+	if tightened == 0 {
+		t.Errorf("no change took part of the DIMM away after the first loss and before the whole of it: the losses were held")
+	}
 	snap, _ := h.mon.Snapshot()
 	if n := len(snap.MemoryBlocks); n != dimmFirst || snap.MemoryBlocks[n-1].ID != dimmFirst-1 {
 		t.Errorf("%d blocks left, the last %+v; want 0-63", n, snap.MemoryBlocks[n-1])

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -217,22 +218,22 @@ func isTheTree(t *testing.T, h *sysfsHarness) {
 func TestSysfsCPUBatchIsIncremental(t *testing.T) {
 	h := startSysfs(t, Config{MemPoll: -1, Resync: -1, VerifyEvery: -1})
 	before := h.capacity()
-	h.tree.SetCPUOnline(5, false)
-	h.tree.SetCPUOnline(6, false)
-	h.cpuEvent(uevent.ActionOffline, 5)
-	h.cpuEvent(uevent.ActionOffline, 6)
-	h.flush()
-	c := h.next()
-	if c.Rebuild != (Rebuild{Kind: RebuildIncremental}) {
-		t.Errorf("rebuild %+v, want incremental", c.Rebuild)
+	// Two CPUs go offline, each a loss rebuilt at once.
+	for i, id := range []int{5, 6} {
+		h.tree.SetCPUOnline(id, false)
+		h.cpuEvent(uevent.ActionOffline, id)
+		c := h.next()
+		if c.Rebuild != (Rebuild{Kind: RebuildIncremental}) || c.Events != 1 {
+			t.Errorf("rebuild %+v of %d events, want incremental, 1", c.Rebuild, c.Events)
+		}
+		if got, want := kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}; !slices.Equal(got, want) {
+			t.Errorf("change kinds %v, want %v (%s)", got, want, c.Changes)
+		}
+		if got, want := c.Capacity[resources.CPU], before.List[resources.CPU]-1000*int64(i+1); got != want {
+			t.Errorf("cpu %d, want %d", got, want)
+		}
+		isTheTree(t, h)
 	}
-	if got, want := kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}; !slices.Equal(got, want) {
-		t.Errorf("change kinds %v, want %v (%s)", got, want, c.Changes)
-	}
-	if got, want := c.Capacity[resources.CPU], before.List[resources.CPU]-2000; got != want {
-		t.Errorf("cpu %d, want %d", got, want)
-	}
-	isTheTree(t, h)
 
 	h.tree.SetCPUOnline(5, true)
 	h.cpuEvent(uevent.ActionOnline, 5)
@@ -246,28 +247,54 @@ func TestSysfsCPUBatchIsIncremental(t *testing.T) {
 
 func TestSysfsMemoryBlockBatchIsIncremental(t *testing.T) {
 	h := startSysfs(t, Config{MemPoll: -1, Resync: -1, VerifyEvery: -1})
-	before := h.capacity()
+	// Offline blocks come back online: the first event is the leading
+	// edge of the burst, the other three its trailing batch.
 	for id := 60; id < 64; id++ {
 		h.setBlock(id, 1, false)
 	}
+	if r, err := h.mon.Resync(context.Background()); err != nil || !r.Changed {
+		t.Fatalf("Resync = %+v, %v; want the blocks offline", r, err)
+	}
+	h.next()
+	h.quiet()
 	for id := 60; id < 64; id++ {
-		h.memoryEvent(uevent.ActionOffline, id)
+		before := h.capacity()
+		h.setBlock(id, 1, true)
+		h.memoryEvent(uevent.ActionOnline, id)
+		if id == 60 {
+			c := h.next()
+			if c.Rebuild != (Rebuild{Kind: RebuildIncremental}) || c.Events != 1 {
+				t.Errorf("leading change: rebuild %+v, %d events; want incremental, 1", c.Rebuild, c.Events)
+			}
+			checkChange(t, h, c, before, int64(h.tree.BlockSize()),
+				topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOnline, topology.ChangeMemTotal)
+		}
 	}
-	h.flush()
+	leading := h.capacity()
+	exactly(t, "the quiet window", h.flush(), 20*time.Millisecond)
 	c := h.next()
-	if c.Rebuild != (Rebuild{Kind: RebuildIncremental}) {
-		t.Errorf("rebuild %+v, want incremental", c.Rebuild)
+	if c.Rebuild != (Rebuild{Kind: RebuildIncremental}) || c.Events != 3 {
+		t.Errorf("trailing change: rebuild %+v, %d events; want incremental, 3", c.Rebuild, c.Events)
 	}
-	checkChange(t, h, c, before, -4*int64(h.tree.BlockSize()),
-		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOffline, topology.ChangeMemTotal)
+	checkChange(t, h, c, leading, 3*int64(h.tree.BlockSize()),
+		topology.ChangeNodeMemTotal, topology.ChangeMemoryBlockOnline, topology.ChangeMemTotal)
 	isTheTree(t, h)
 
+	// Two go offline again, each a loss rebuilt at once, then are removed
+	// together.
+	for id := 62; id < 64; id++ {
+		h.setBlock(id, 1, false)
+		h.memoryEvent(uevent.ActionOffline, id)
+		if c := h.next(); c.Rebuild != (Rebuild{Kind: RebuildIncremental}) || c.Events != 1 {
+			t.Errorf("offline block %d: rebuild %+v, %d events; want incremental, 1", id, c.Rebuild, c.Events)
+		}
+	}
 	h.tree.RemoveBlocks(62, 2)
 	h.memoryEvent(uevent.ActionRemove, 62)
 	h.memoryEvent(uevent.ActionRemove, 63)
 	h.flush()
-	if c := h.next(); c.Rebuild != (Rebuild{Kind: RebuildIncremental}) || !slices.Equal(kinds(c), []string{topology.ChangeMemoryBlockRemoved}) {
-		t.Errorf("rebuild %+v changes %s, want incremental, blocks removed", c.Rebuild, c.Changes)
+	if c := h.next(); c.Rebuild != (Rebuild{Kind: RebuildIncremental}) || !slices.Equal(kinds(c), []string{topology.ChangeMemoryBlockRemoved}) || c.Events != 2 {
+		t.Errorf("rebuild %+v changes %s of %d events, want incremental, blocks removed, 2", c.Rebuild, c.Changes, c.Events)
 	}
 	isTheTree(t, h)
 	h.none()
@@ -294,9 +321,7 @@ func TestSysfsLostEventsAreAFullRebuild(t *testing.T) {
 	h.tree.SetCPUOnline(5, false)
 	h.setBlock(63, 1, false)
 	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropSeqnumGap}}
-	h.armed()
-	h.fire()
-	c := h.next()
+	c := h.next() // at once
 	if want := (Rebuild{Kind: RebuildFull, Reason: "uevents lost"}); c.Rebuild != want {
 		t.Errorf("rebuild %+v, want %+v", c.Rebuild, want)
 	}
@@ -387,8 +412,7 @@ func TestQueuedEventsAreNoMismatch(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // from the reader into the queue
 	})
 	h.tree.SetCPUOnline(5, false)
-	h.cpuEvent(uevent.ActionOffline, 5)
-	h.flush()
+	h.cpuEvent(uevent.ActionOffline, 5) // a loss, rebuilt at once
 	c := h.next()
 	if c.Rebuild.Kind != RebuildFull || c.Rebuild.Mismatch != "" || c.Capacity[resources.CPU] != 6000 {
 		t.Errorf("rebuild %+v cpu %d: want the full model (6 CPUs) and no mismatch", c.Rebuild, c.Capacity[resources.CPU])

@@ -23,14 +23,18 @@ type item struct {
 
 // batch collects the inputs of one coalesced rebuild.
 type batch struct {
-	triggers  []Trigger
-	events    int
-	seqnums   Seqnums
-	first     time.Time // arrival of the first timed input (uevent or MemTotal)
-	deadline  time.Time
-	immediate bool // a resync: run without waiting for a quiet window
-	waiters   []chan resyncReply
-	retries   int
+	triggers []Trigger
+	events   int
+	seqnums  Seqnums
+	first    time.Time // arrival of the first timed input (uevent or MemTotal)
+	deadline time.Time
+	// due says the batch waits for no quiet window: it runs at deadline
+	// (now, or a retry's backoff), and later inputs join it without
+	// pushing it out. A resync, the leading edge of a burst and a loss
+	// are due at once.
+	due     bool
+	waiters []chan resyncReply
+	retries int
 	// devs are the devices the batch's uevents named, in arrival order,
 	// repeats included: the incremental rebuild re-reads these.
 	devs []topology.Device
@@ -137,6 +141,14 @@ type loop struct {
 
 	pending *batch
 	memSeen uint64 // the last MemTotal the watch acted on
+	// active is when the loop last took a timed input (a uevent, lost
+	// events, a MemTotal change) or finished rebuilding a batch of them;
+	// zero before the first. burst says that an input has been held since
+	// the last leading edge: a burst is under way. An input is a leading
+	// edge, rebuilt at once, when it comes a quiet window after active or
+	// later, or, while no burst is under way, a quarter of one.
+	active time.Time
+	burst  bool
 }
 
 func (m *Monitor) newLoop(snap *topology.Snapshot) *loop {
@@ -196,7 +208,8 @@ func (l *loop) run(ctx context.Context) {
 // events were lost.
 func (l *loop) intake(it item) {
 	if it.lost {
-		l.arrive(TriggerLost, l.clock.Now())
+		// Lost events are never delayed: what they hid may be a loss.
+		l.arrive(TriggerLost, l.clock.Now(), true)
 		return
 	}
 	l.m.countUevent()
@@ -204,9 +217,10 @@ func (l *loop) intake(it item) {
 	if at.IsZero() {
 		at = l.clock.Now()
 	}
-	b := l.arrive(TriggerUevent, at)
+	dev := topology.ParseDevPath(it.ev.DevPath)
+	b := l.arrive(TriggerUevent, at, l.loss(it.ev.Action, dev))
 	b.events++
-	b.devs = append(b.devs, topology.ParseDevPath(it.ev.DevPath))
+	b.devs = append(b.devs, dev)
 	if it.ev.Seqnum != 0 {
 		b.seqnums.Add(it.ev.Seqnum)
 	}
@@ -222,7 +236,30 @@ func (l *loop) overflowed() {
 	m.cfg.Metrics.UeventsDropped.WithLabelValues("queue_full").Inc()
 	m.countLost()
 	m.log.Warn("uevent queue full; events lost, rescanning the machine", "queue_size", m.cfg.QueueSize)
-	l.arrive(TriggerLost, l.clock.Now())
+	l.arrive(TriggerLost, l.clock.Now(), true)
+}
+
+// loss says whether a uevent takes away capacity the model holds: an
+// offline or remove event of a CPU the model has online, or of a memory
+// block it has online (or going offline). Such an event is never held in
+// a burst. An event for a device the model already has offline (a block
+// removed after it went offline, a stale or forged message) is not.
+func (l *loop) loss(a uevent.Action, dev topology.Device) bool {
+	if a != uevent.ActionOffline && a != uevent.ActionRemove {
+		return false
+	}
+	m := l.m
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	switch dev.Kind {
+	case topology.DeviceCPU:
+		return m.snap.CPUs.Online.Contains(dev.ID)
+	case topology.DeviceMemory:
+		blocks := m.snap.MemoryBlocks
+		i, ok := slices.BinarySearchFunc(blocks, dev.ID, func(b topology.MemoryBlock, id int) int { return b.ID - id })
+		return ok && blocks[i].State != topology.BlockOffline
+	}
+	return false
 }
 
 // pollMemTotal is the MemTotal watch: a MemTotal that differs from the
@@ -245,7 +282,7 @@ func (l *loop) pollMemTotal(at time.Time) {
 	m.mu.RUnlock()
 	if mt != cur {
 		m.log.Debug("MemTotal changed with no uevent", "old_bytes", cur, "new_bytes", mt)
-		l.arrive(TriggerMemTotal, at)
+		l.arrive(TriggerMemTotal, at, mt < cur)
 	}
 }
 
@@ -264,13 +301,26 @@ func (l *loop) open() *batch {
 	return l.pending
 }
 
-// arrive records a timed input that arrived at at: it opens the batch or
-// extends it, pushing the deadline out to the end of the quiet window but
-// never past MaxWait from the batch's first input. The quiet window counts
-// from when the loop takes the input, not from its arrival: inputs that
-// queued up while the loop was rebuilding are one burst, not a row of
-// late batches each already past its window.
-func (l *loop) arrive(t Trigger, at time.Time) *batch {
+// arrive records a timed input that arrived at at, and says when its batch
+// is due:
+//
+//   - a leading edge and a loss are due at once: the model follows a
+//     single event, and the first of a burst, within the rebuild's time,
+//     and a loss is never held. An input is a leading edge when the loop
+//     has taken no timed input and rebuilt none for a quiet window, or,
+//     while no burst is under way, for a quarter of one: single events a
+//     few milliseconds apart (a CPU taken offline and brought back) are
+//     each rebuilt at once;
+//   - any other input starts a burst, or goes on with it: it opens the
+//     burst's trailing batch or extends it, pushing its deadline out to
+//     the end of the quiet window but never past MaxWait from the batch's
+//     first input. The burst lasts until an input comes a quiet window
+//     after the loop was last busy.
+//
+// The quiet window counts from when the loop takes the input, not from
+// its arrival: inputs that queued up while the loop was rebuilding are
+// one burst, not a row of late batches each already past its window.
+func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 	b := l.open()
 	b.addTrigger(t)
 	if t != TriggerUevent {
@@ -279,16 +329,29 @@ func (l *loop) arrive(t Trigger, at time.Time) *batch {
 	if b.first.IsZero() {
 		b.first = at
 	}
-	if b.immediate {
-		return b
+	now := l.clock.Now()
+	gap, quiet := now.Sub(l.active), l.m.cfg.Quiet
+	leading := l.active.IsZero() || gap >= quiet || (!l.burst && gap >= quiet/4)
+	l.active = now
+	if leading {
+		l.burst = false
 	}
-	quietFrom := at
-	if now := l.clock.Now(); now.After(quietFrom) {
-		quietFrom = now
-	}
-	b.deadline = quietFrom.Add(l.m.cfg.Quiet)
-	if limit := b.first.Add(l.m.cfg.MaxWait); b.deadline.After(limit) {
-		b.deadline = limit
+	switch {
+	case leading || loss:
+		b.due = true
+		b.deadline = now
+	case b.due:
+		// Due already, or waiting out a retry's backoff.
+	default:
+		l.burst = true
+		quietFrom := at
+		if now.After(quietFrom) {
+			quietFrom = now
+		}
+		b.deadline = quietFrom.Add(l.m.cfg.Quiet)
+		if limit := b.first.Add(l.m.cfg.MaxWait); b.deadline.After(limit) {
+			b.deadline = limit
+		}
 	}
 	return b
 }
@@ -299,7 +362,7 @@ func (l *loop) now(t Trigger) *batch {
 	b := l.open()
 	b.addTrigger(t)
 	b.full = true
-	b.immediate = true
+	b.due = true
 	b.deadline = l.clock.Now()
 	return b
 }
@@ -317,9 +380,25 @@ func (l *loop) rebuildIfDue() {
 		return
 	}
 	l.disarm()
+	l.drain(b)
 	l.pending = l.m.rebuild(b, func() int { return len(l.queue) })
+	if !b.first.IsZero() {
+		l.active = l.clock.Now()
+	}
 	if l.pending != nil {
 		l.arm(l.pending.deadline)
+	}
+}
+
+// drain takes into b, which is about to be rebuilt, the inputs that have
+// reached the queue already: the rebuild reads sysfs as it is now, which
+// shows what their events name, so they are rebuilt with b rather than
+// after it. It takes no more than were queued when it began, so that a
+// steady stream cannot hold the rebuild up.
+func (l *loop) drain(b *batch) {
+	b.due = true // the inputs join without pushing b out
+	for n := len(l.queue); n > 0; n-- {
+		l.intake(<-l.queue)
 	}
 }
 

@@ -62,10 +62,14 @@ const (
 
 // Config tunes the loop. The zero value of a field takes the default.
 type Config struct {
-	// Quiet is how long the loop waits after the last event of a burst
-	// before it rebuilds the model (default 20ms).
+	// Quiet is the quiet window (default 20ms). An input that comes this
+	// long after the loop last took one or rebuilt, or a quarter of this
+	// long while no burst is under way, is a leading edge and is rebuilt
+	// at once. An input that follows sooner starts a burst or goes on with
+	// it: the burst's inputs are held until none has come for Quiet, and
+	// rebuilt as one trailing change. Losses are never held.
 	Quiet time.Duration
-	// MaxWait bounds the delay of a rebuild from the first event of a burst,
+	// MaxWait bounds the delay of a trailing rebuild from its first input,
 	// however long the burst goes on (default 500ms).
 	MaxWait time.Duration
 	// MemPoll is the interval of the MemTotal watch (default 1s; negative
@@ -159,7 +163,8 @@ type Change struct {
 	Seqnums Seqnums `json:"seqnums"`
 	// LatencySeconds is the time from the arrival of the batch's first
 	// event (a uevent, or the MemTotal poll that saw a change) to the
-	// updated model; 0 for startup and resyncs.
+	// updated model; 0 for startup and resyncs (and on a test's fake
+	// clock, for an event rebuilt at once).
 	LatencySeconds float64          `json:"latencySeconds"`
 	Changes        topology.Changes `json:"changes"`
 	// Capacity is the new model's physical capacity (Snapshot.Capacity).

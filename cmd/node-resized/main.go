@@ -84,6 +84,7 @@ type options struct {
 	ueventBuffer   int
 	quiet          time.Duration
 	maxWait        time.Duration
+	gainWindow     time.Duration
 	memPoll        time.Duration
 	resync         time.Duration
 	history        int
@@ -137,8 +138,9 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "deprecated: the old name of --listen-address")
 	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal watch and resyncs still run)")
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
-	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "rebuild once no event has arrived for this long (a burst of events becomes one change)")
-	fs.DurationVar(&o.maxWait, "coalesce-max", 500*time.Millisecond, "rebuild at the latest this long after the first event of a burst")
+	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "an event after this long without one (a quarter of it, outside a burst) is rebuilt at once, and so is every loss; events that follow closer together are a burst, rebuilt as one change once none has arrived for this long")
+	fs.DurationVar(&o.maxWait, "coalesce-max", 500*time.Millisecond, "rebuild a burst's held events at the latest this long after the first of them")
+	fs.DurationVar(&o.gainWindow, "coalesce-gains", 250*time.Millisecond, "hold a Node status patch that only adds capacity until the wanted status has not changed for this long, at most twice as long, so that a hot-add costs one patch; a loss and every other status are patched at once (0: every status at once)")
 	fs.DurationVar(&o.memPoll, "memtotal-interval", time.Second, "how often to check MemTotal for changes that send no uevent (0: off)")
 	fs.DurationVar(&o.resync, "resync-interval", 5*time.Minute, "how often to rebuild the model in full as a safety net (0: off)")
 	fs.IntVar(&o.history, "history", 256, "how many changes to keep for /v1/events")
@@ -204,6 +206,8 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--coalesce-quiet must be positive, got %s", o.quiet)
 	case o.maxWait < o.quiet:
 		return nil, fmt.Errorf("--coalesce-max (%s) must not be shorter than --coalesce-quiet (%s)", o.maxWait, o.quiet)
+	case o.gainWindow < 0:
+		return nil, fmt.Errorf("--coalesce-gains must not be negative (0 turns it off), got %s", o.gainWindow)
 	case o.memPoll < 0 || o.resync < 0:
 		return nil, errors.New("--memtotal-interval and --resync-interval must not be negative (0 turns them off)")
 	case o.history <= 0:

@@ -65,7 +65,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	if !o.standalone {
 		if p.relay, err = kube.Connect(kube.Options{
 			Kubeconfig: o.kubeconfig, NodeName: o.nodeName, QPS: float32(o.kubeAPIQPS), Burst: o.kubeAPIBurst, Logger: log, Metrics: m,
-			Taint: o.taintWhileStale, EvictAsNode: o.evictAsNode,
+			Taint: o.taintWhileStale, EvictAsNode: o.evictAsNode, GainWindow: o.gainWindow,
 		}); err != nil {
 			return nil, err
 		}
