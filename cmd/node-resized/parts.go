@@ -49,13 +49,6 @@ type parts struct {
 // drives them, and the detection loop that feeds it.
 func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error) {
 	p := &parts{}
-	if !o.standalone {
-		args := []any{"node", o.nodeName, "nodeNameSource", o.nodeNameSource}
-		if o.nodeNameSkipped != nil {
-			args = append(args, "kubeconfig_identity", o.nodeNameSkipped.Error())
-		}
-		log.Info("node name", args...)
-	}
 	m := metrics.New()
 	m.RegisterBuildInfo(version)
 	fsys, src, err := detectionInputs(o, log, m)
@@ -69,6 +62,13 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		}); err != nil {
 			return nil, err
 		}
+		// Said once the kubeconfig is known good: a bad one is the one
+		// error line to give.
+		args := []any{"node", o.nodeName, "nodeNameSource", o.nodeNameSource}
+		if o.nodeNameSkipped != nil {
+			args = append(args, "kubeconfig_identity", o.nodeNameSkipped.Error())
+		}
+		log.Info("node name", args...)
 	}
 	kcfg, err := loadKubeletConfig(o, log)
 	if err != nil {
