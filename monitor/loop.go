@@ -19,6 +19,13 @@ import (
 type item struct {
 	ev   uevent.Event
 	lost bool
+	// gap says the kernel's SEQNUM jumped with no overflow of the socket:
+	// the events this socket did not get were, as a rule, tagged for
+	// other network namespaces (a pod's veth devices). A CPU's, a memory
+	// block's or a node's uevent carries no namespace tag, and the kernel
+	// sends untagged uevents to every network namespace that the initial
+	// user namespace owns, this socket's included.
+	gap bool
 }
 
 // batch collects the inputs of one coalesced rebuild.
@@ -212,6 +219,16 @@ func (l *loop) intake(it item) {
 		l.arrive(TriggerLost, l.clock.Now(), true)
 		return
 	}
+	if it.gap {
+		// Not delayed either, but cheap: the incremental rebuild of no
+		// device re-reads the CPU lists, the node directories and the
+		// memory totals, and reads the whole machine when any of them
+		// moved. A lost CPU or memory block moves them, so no loss
+		// hides behind a gap; a block added offline (no capacity) waits
+		// for the next event that names it or the periodic resync.
+		l.arrive(TriggerGap, l.clock.Now(), true)
+		return
+	}
 	l.m.countUevent()
 	at := it.ev.Received
 	if at.IsZero() {
@@ -323,7 +340,7 @@ func (l *loop) open() *batch {
 func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 	b := l.open()
 	b.addTrigger(t)
-	if t != TriggerUevent {
+	if t != TriggerUevent && t != TriggerGap {
 		b.full = true
 	}
 	if b.first.IsZero() {
@@ -341,7 +358,11 @@ func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 		b.due = true
 		b.deadline = now
 	case b.due:
-		// Due already, or waiting out a retry's backoff.
+		// Due already (a leading edge that the loop is draining the
+		// queue into), or waiting out a retry's backoff: either way
+		// inputs are coming close together, so a burst is under way
+		// and the next ones are held for its trailing batch.
+		l.burst = true
 	default:
 		l.burst = true
 		quietFrom := at
@@ -429,6 +450,13 @@ func (m *Monitor) read(ctx context.Context, queue chan<- item) {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
+			var le *uevent.LostError
+			if errors.As(err, &le) && le.Reason == uevent.DropSeqnumGap {
+				m.countGap()
+				m.log.Debug("uevent SEQNUM gap; re-reading the machine's totals", "err", err)
+				m.offer(queue, item{gap: true})
+				continue
+			}
 			if errors.Is(err, uevent.ErrLost) {
 				m.countLost()
 				m.log.Warn("kernel uevents lost; rescanning the machine", "err", err)
@@ -467,6 +495,12 @@ func (m *Monitor) offer(queue chan<- item, it item) {
 func (m *Monitor) countUevent() {
 	m.mu.Lock()
 	m.stats.Uevents++
+	m.mu.Unlock()
+}
+
+func (m *Monitor) countGap() {
+	m.mu.Lock()
+	m.stats.SeqnumGaps++
 	m.mu.Unlock()
 }
 
