@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,18 +316,73 @@ func TestSysfsNodeEventFallsBackToFull(t *testing.T) {
 	isTheTree(t, h)
 }
 
-func TestSysfsLostEventsAreAFullRebuild(t *testing.T) {
-	h := startSysfs(t, Config{MemPoll: -1, Resync: -1, VerifyEvery: 1})
-	// Changes whose uevents were lost: nothing names them.
+// fullReads counts the whole-machine reads of an FS, its own and those
+// Update falls back to.
+type fullReads struct {
+	topology.FS
+	n atomic.Int32
+}
+
+func (f *fullReads) Snapshot() (*topology.Snapshot, error) {
+	f.n.Add(1)
+	return f.FS.Snapshot()
+}
+
+func (f *fullReads) Update(prev *topology.Snapshot, devs []topology.Device) (*topology.Snapshot, string, error) {
+	s, full, err := f.FS.Update(prev, devs)
+	if full != "" {
+		f.n.Add(1)
+	}
+	return s, full, err
+}
+
+// A SEQNUM gap re-reads the totals only (the incremental rebuild of no
+// device): with nothing moved it is no change and no full read; with a
+// CPU and a memory block gone behind it, the moved totals make it read the
+// whole machine, and both losses are in the change.
+func TestSysfsSeqnumGapConfirmsWithTheTotals(t *testing.T) {
+	var fulls fullReads
+	h := startSysfsWith(t, sysfsMachine(), Config{MemPoll: -1, Resync: -1, VerifyEvery: -1}, func(fsys topology.FS) Machine {
+		fulls.FS = fsys
+		return &fulls
+	})
+	rebuilds, full0 := h.mon.Stats().Rebuilds, fulls.n.Load()
+	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropSeqnumGap, Missed: 3}}
+	for deadline := time.Now().Add(10 * time.Second); h.mon.Stats().Rebuilds == rebuilds; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no rebuild for the gap")
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.Rebuilds.WithLabelValues(string(TriggerGap), "unchanged")); got != 1 {
+		t.Errorf("unchanged gap rebuilds = %v, want 1", got)
+	}
+	if st := h.mon.Stats(); st.SeqnumGaps != 1 || st.LostEvents != 0 {
+		t.Errorf("stats: %d gaps, %d lost events; want 1 and 0", st.SeqnumGaps, st.LostEvents)
+	}
+	if n := fulls.n.Load() - full0; n != 0 {
+		t.Errorf("%d full reads for a gap that hid nothing, want none", n)
+	}
+
+	// Changes whose uevents the gap hid: nothing names them.
 	h.tree.SetCPUOnline(5, false)
 	h.setBlock(63, 1, false)
-	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropSeqnumGap}}
+	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropSeqnumGap, Missed: 2}}
 	c := h.next() // at once
-	if want := (Rebuild{Kind: RebuildFull, Reason: "uevents lost"}); c.Rebuild != want {
-		t.Errorf("rebuild %+v, want %+v", c.Rebuild, want)
+	if !hasTrigger(c, TriggerGap) || c.Rebuild.Kind != RebuildFull || !strings.Contains(c.Rebuild.Reason, "which no event named") {
+		t.Errorf("change %v rebuild %+v, want a full read for a CPU list no event named", c.Triggers, c.Rebuild)
 	}
 	if !hasKind(c.Changes, topology.ChangeCPUOffline) || !hasKind(c.Changes, topology.ChangeMemoryBlockOffline) {
 		t.Errorf("changes %s, want cpu5 and block 63 offline", c.Changes)
+	}
+	isTheTree(t, h)
+
+	// A memory block alone: MemTotal moves by more than the re-read
+	// nodes did.
+	h.setBlock(62, 1, false)
+	h.src.ch <- result{err: &uevent.LostError{Reason: uevent.DropSeqnumGap, Missed: 1}}
+	c = h.next()
+	if c.Rebuild.Kind != RebuildFull || !hasKind(c.Changes, topology.ChangeMemoryBlockOffline) {
+		t.Errorf("rebuild %+v changes %s, want a full read that sees block 62 offline", c.Rebuild, c.Changes)
 	}
 	isTheTree(t, h)
 }

@@ -55,6 +55,7 @@ const (
 	TriggerUevent   Trigger = "uevent"   // a kernel uevent of a relevant subsystem
 	TriggerMemTotal Trigger = "memtotal" // MemTotal changed with no uevent (balloon, virtio-mem)
 	TriggerLost     Trigger = "lost"     // uevents were lost: rescan everything
+	TriggerGap      Trigger = "gap"      // a SEQNUM gap: re-read the totals, rescan only if they moved
 	TriggerResync   Trigger = "resync"   // the periodic safety-net resync
 	TriggerRequest  Trigger = "request"  // a resync asked for through the API
 	TriggerRetry    Trigger = "retry"    // a rebuild that failed is tried again
@@ -217,12 +218,15 @@ type ResyncResult struct {
 
 // Stats are counters of the loop's life.
 type Stats struct {
-	StartedAt      time.Time `json:"startedAt"`
-	Rebuilds       uint64    `json:"rebuilds"`
-	RebuildErrors  uint64    `json:"rebuildErrors"`
-	Changes        uint64    `json:"changes"`
-	Uevents        uint64    `json:"uevents"`
-	LostEvents     uint64    `json:"lostEvents"`
+	StartedAt     time.Time `json:"startedAt"`
+	Rebuilds      uint64    `json:"rebuilds"`
+	RebuildErrors uint64    `json:"rebuildErrors"`
+	Changes       uint64    `json:"changes"`
+	Uevents       uint64    `json:"uevents"`
+	LostEvents    uint64    `json:"lostEvents"`
+	// SeqnumGaps counts the SEQNUM gaps confirmed cheaply (see
+	// TriggerGap); LostEvents the losses that made a full rescan.
+	SeqnumGaps     uint64    `json:"seqnumGaps"`
 	LastRebuildAt  time.Time `json:"lastRebuildAt"`
 	LastRebuildErr string    `json:"lastRebuildError,omitempty"`
 }

@@ -318,7 +318,7 @@ func (l *Listener) checkSeqnum(seqnum uint64) *LostError {
 	if missed == 0 {
 		return nil
 	}
-	l.drop(DropSeqnumGap, int(min(missed, math.MaxInt)), slog.LevelWarn,
+	l.drop(DropSeqnumGap, int(min(missed, math.MaxInt)), slog.LevelDebug,
 		"uevent SEQNUM gap: events may have been lost", "from", last, "to", seqnum, "missed", missed)
 	return &LostError{
 		Reason: DropSeqnumGap,
