@@ -134,9 +134,14 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 	case pl.changed() && len(pl.forced) > 0: // Path B: physics first
 		acts = append(acts,
 			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
-			patch(),
-			EmitEvent{Type: EventWarning, Reason: EventEmergencyCapacityReduced, Message: next.InProgress},
-			evict)
+			patch())
+		if !p.prev.Evicting {
+			// One Warning per loss: while the eviction for an earlier
+			// step of it runs (a DIMM's blocks going one by one), a
+			// further step tightens the clamp and the condition only.
+			acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventEmergencyCapacityReduced, Message: next.InProgress})
+		}
+		acts = append(acts, evict)
 	case pl.changed() && len(pl.planned) > 0: // Path A2: status first
 		acts = append(acts,
 			patch(),

@@ -314,3 +314,19 @@ func TestKubeletRestart(t *testing.T) {
 		t.Fatalf("message %q", d.Condition.Message)
 	}
 }
+
+// A loss that comes in steps (a DIMM's blocks going one by one) warns
+// once: while the eviction for an earlier step runs, a further step
+// tightens the clamp and the status without another Warning; a loss after
+// the eviction is done warns again.
+func TestOneWarningPerLoss(t *testing.T) {
+	n := newNode(t, machine(8, 16*Gi), Configured{})
+	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 15*Gi) })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 14*Gi) })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEvict)
+	n.settle()
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 13*Gi) })
+	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+}
