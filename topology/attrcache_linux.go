@@ -4,6 +4,7 @@ package topology
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -12,23 +13,31 @@ import (
 // maxCachedFiles bounds the attribute files an FS keeps open. On sysfs an
 // open attribute holds about 4.5 KiB of kernel memory (its seq_file page
 // and the open file), charged to the daemon's cgroup: 2 CPUs and 192
-// memory blocks keep 388 files open, about 1.7 MiB; the bound about 46
+// memory blocks keep about 400 files open, 1.8 MiB; the bound about 46
 // MiB (1024 CPUs and 4096 blocks fit). Files beyond it are read with
 // open, read and close.
 const maxCachedFiles = 10240
 
-// attrCache keeps the memory blocks' state and valid_zones files, and the
-// CPUs' core_id and physical_package_id, open between rebuilds, so that a rebuild re-reads each with one pread(2) at
-// offset 0 instead of openat, read and close: on sysfs a read from offset
-// 0 runs the attribute's show function again, so the content is as fresh
-// as a new open's. Three syscalls become one; that is most of a full
-// rebuild on a machine with many blocks.
+// attrCache keeps the files a rebuild reads open between rebuilds: the
+// memory blocks' state and valid_zones, the CPUs' core_id and
+// physical_package_id (by id), and by path every other file it reads (the
+// CPU lists, each node's meminfo, distance and hugepage counts, the
+// node-wide pools, block_size_bytes, /proc/meminfo, pid_max and
+// threads-max). A rebuild re-reads each with one pread(2) at offset 0
+// instead of openat, read and close: on sysfs and procfs a read from
+// offset 0 runs the attribute's show function again, so the content is as
+// fresh as a new open's. Three syscalls become one, and the open is the
+// costly one on sysfs (it allocates the seq_file); that is most of a full
+// rebuild.
 //
 // A file that went away is noticed and reopened by path: on sysfs a read
-// of a removed attribute fails with ENODEV; elsewhere (the synthetic trees
-// of tests, which replace files by renaming over them) an fstat showing no
-// links left says the same. Files a full rebuild did not read (a block
-// gone, a CPU offline) are closed at its end.
+// of a removed attribute fails with ENODEV, and the procfs files read here
+// are never removed. Elsewhere (the synthetic trees of tests, which
+// replace files by renaming over them) the cache learns from inotify (see
+// watcher) which directories changed and reopens their files, or, without
+// a watch, checks each read with an fstat: no links left says the same.
+// Files a full rebuild did not read (a block gone, a CPU offline) are
+// closed at its end.
 //
 // The cache belongs to the FS it was made for and its copies; one rebuild
 // at a time uses it (a concurrent one reads uncached), and the files are
@@ -41,27 +50,52 @@ type attrCache struct {
 // attrFiles is the cache's state, apart from attrCache so that a cleanup
 // can close the files once the attrCache is unreachable.
 type attrFiles struct {
-	sysfs bool // the tree is a real sysfs: ENODEV says a file went away
-	files map[attrKey]attrFile
-	gen   uint32 // the current rebuild's generation
+	// sysfs and procfs are the roots of the FS when they are the kernel's
+	// own filesystems (with a trailing /), "" otherwise: files under them
+	// need no fstat to tell that they went away.
+	sysfs, procfs string
+
+	attrs map[attrKey]attrFile // by block or CPU id
+	named map[string]*attrFile // by path
+	gen   uint32               // the current rebuild's generation
+
+	// watched are the open files by the watch on their directory.
+	watched map[int32][]fileRef
+
+	// Guarded by watcher.mu: the watches whose directories changed since
+	// the last rebuild, and whether events were lost.
+	changed []int32
+	lost    bool
 }
 
-type attrKey struct {
-	id   int32 // block or CPU
-	attr uint8 // attrState, ...
+// fileRef names an open file: by attr, or by path when name is set.
+type fileRef struct {
+	attr attrKey
+	name string
 }
+
+// attrKey is a block or CPU id and an attribute (attrState, ...); a
+// uint64 for the map's fast path.
+type attrKey uint64
+
+func keyOf(id int, attr uint8) attrKey { return attrKey(uint64(uint32(id))<<8 | uint64(attr)) }
 
 type attrFile struct {
-	fd  int32
-	gen uint32 // the last rebuild that read it
+	fd    int32
+	gen   uint32 // the last rebuild that read it
+	wd    int32  // the watch on its directory; 0: none
+	check bool   // neither on sysfs or procfs nor watched: fstat before each read
 }
 
-// newAttrCache makes the cache for the memory block directory memDir.
-func newAttrCache(memDir string) *attrCache {
-	t := &attrFiles{files: map[attrKey]attrFile{}}
+// newAttrCache makes the cache for an FS rooted at sys and proc.
+func newAttrCache(sys, proc string) *attrCache {
+	t := &attrFiles{attrs: map[attrKey]attrFile{}, named: map[string]*attrFile{}, watched: map[int32][]fileRef{}}
 	var st unix.Statfs_t
-	if unix.Statfs(memDir, &st) == nil && st.Type == unix.SYSFS_MAGIC {
-		t.sysfs = true
+	if unix.Statfs(sys, &st) == nil && st.Type == unix.SYSFS_MAGIC {
+		t.sysfs = strings.TrimSuffix(sys, "/") + "/"
+	}
+	if unix.Statfs(proc, &st) == nil && st.Type == unix.PROC_SUPER_MAGIC {
+		t.procfs = strings.TrimSuffix(proc, "/") + "/"
 	}
 	c := &attrCache{t: t}
 	runtime.AddCleanup(c, func(t *attrFiles) { t.closeAll() }, t)
@@ -83,10 +117,37 @@ func (c *attrCache) release(t *attrFiles) {
 	}
 }
 
-// newScan starts a rebuild.
+// newScan starts a rebuild: the files in directories that changed since
+// the last one are closed, to be opened again by path.
 func (t *attrFiles) newScan() {
-	if t != nil {
-		t.gen++
+	if t == nil {
+		return
+	}
+	t.gen++
+	if len(t.watched) == 0 {
+		return
+	}
+	wds, all := t.changes()
+	if all {
+		t.closeAll()
+		return
+	}
+	for _, wd := range wds {
+		for _, ref := range t.watched[wd] {
+			if ref.name != "" {
+				if f, ok := t.named[ref.name]; ok && f.wd == wd {
+					unix.Close(int(f.fd))
+					delete(t.named, ref.name)
+				}
+			} else if f, ok := t.attrs[ref.attr]; ok && f.wd == wd {
+				unix.Close(int(f.fd))
+				delete(t.attrs, ref.attr)
+			}
+		}
+		if _, ok := t.watched[wd]; ok {
+			delete(t.watched, wd)
+			t.unwatch(wd)
+		}
 	}
 }
 
@@ -95,19 +156,71 @@ func (t *attrFiles) endScan() {
 	if t == nil {
 		return
 	}
-	for k, f := range t.files {
+	for k, f := range t.attrs {
 		if f.gen != t.gen {
-			unix.Close(int(f.fd))
-			delete(t.files, k)
+			t.drop(f, fileRef{attr: k})
+			delete(t.attrs, k)
+		}
+	}
+	for k, f := range t.named {
+		if f.gen != t.gen {
+			t.drop(*f, fileRef{name: k})
+			delete(t.named, k)
 		}
 	}
 }
 
-func (t *attrFiles) closeAll() {
-	for k, f := range t.files {
+// drop closes f (ref in the maps, which the caller deletes it from) and
+// forgets its watch.
+func (t *attrFiles) drop(f attrFile, ref fileRef) {
+	if f.fd >= 0 {
 		unix.Close(int(f.fd))
-		delete(t.files, k)
 	}
+	if f.wd == 0 {
+		return
+	}
+	refs := t.watched[f.wd]
+	for i, r := range refs {
+		if r == ref {
+			refs = append(refs[:i], refs[i+1:]...)
+			break
+		}
+	}
+	if len(refs) > 0 {
+		t.watched[f.wd] = refs
+		return
+	}
+	delete(t.watched, f.wd)
+	t.unwatch(f.wd)
+}
+
+func (t *attrFiles) closeAll() {
+	for k, f := range t.attrs {
+		unix.Close(int(f.fd))
+		delete(t.attrs, k)
+	}
+	for k, f := range t.named {
+		unix.Close(int(f.fd))
+		delete(t.named, k)
+	}
+	for wd := range t.watched {
+		delete(t.watched, wd)
+		t.unwatch(wd)
+	}
+}
+
+// len is the number of files open.
+func (t *attrFiles) len() int { return len(t.attrs) + len(t.named) }
+
+// checked reports whether a file at the absolute path p needs an fstat
+// before each read: it is on neither sysfs nor procfs.
+func (t *attrFiles) checked(p []byte) bool {
+	for _, root := range [...]string{t.sysfs, t.procfs} {
+		if root != "" && len(p) > len(root) && string(p[:len(root)]) == root {
+			return false
+		}
+	}
+	return true
 }
 
 // readAttr reads attribute attr of block or CPU id (d is the directory
@@ -119,51 +232,131 @@ func (r *reader) readAttr(d dir, id int, attr uint8) (b []byte, ok bool, err err
 	if t == nil {
 		return r.readOptional(d, r.at(attrPaths[attr][0], id, attrPaths[attr][1]))
 	}
-	k := attrKey{int32(id), attr}
-	if f, cached := t.files[k]; cached {
-		f.gen = t.gen
-		t.files[k] = f
-		if b, fresh := t.pread(r, int(f.fd)); fresh {
+	k := keyOf(id, attr)
+	if f, cached := t.attrs[k]; cached {
+		if f.gen != t.gen {
+			f.gen = t.gen
+			t.attrs[k] = f
+		}
+		if b, fresh := r.pread(f); fresh {
 			return b, true, nil
 		}
-		unix.Close(int(f.fd))
-		delete(t.files, k)
+		t.drop(f, fileRef{attr: k})
+		delete(t.attrs, k)
 	}
 	// Not open yet, or gone stale: open by path, and keep it open.
 	p := r.at(attrPaths[attr][0], id, attrPaths[attr][1])
-	pz := append(p, 0)
-	fd, err := openZ(d.fd, &pz[0], unix.O_RDONLY)
-	if err != nil {
-		if err == unix.ENOENT {
-			return nil, false, nil
-		}
-		return r.readOptional(d, p) // for its error
+	var watch []byte
+	if t.sysfs == "" {
+		watch = r.keyOf(d, p)
 	}
-	if len(t.files) >= maxCachedFiles {
-		unix.Close(fd)
-		return r.readOptional(d, p)
+	f, b, ok, err := r.openAttr(d, p, watch, fileRef{attr: k})
+	if ok && f.fd >= 0 {
+		t.attrs[k] = f
 	}
-	if b, fresh := t.pread(r, fd); fresh {
-		t.files[k] = attrFile{fd: int32(fd), gen: t.gen}
-		return b, true, nil
-	}
-	unix.Close(fd)
-	return r.readOptional(d, p)
+	return b, ok, err
 }
 
-// pread reads the whole file open as fd from offset 0 into the scratch
+// keyOf returns path (relative to d) from the working directory, in the
+// key scratch buffer.
+func (r *reader) keyOf(d dir, path []byte) []byte {
+	if d.path == "" {
+		return path
+	}
+	key := append(append(append(r.key[:0], d.path...), '/'), path...)
+	r.key = key
+	return key
+}
+
+// readFile reads the file at path, relative to d, as readOptional does,
+// through r's open files.
+func (r *reader) readFile(d dir, path []byte) (b []byte, ok bool, err error) {
+	t := r.files
+	if t == nil {
+		return r.readOptional(d, path)
+	}
+	key := r.keyOf(d, path)
+	if f, cached := t.named[string(key)]; cached {
+		f.gen = t.gen
+		if b, fresh := r.pread(*f); fresh {
+			return b, true, nil
+		}
+		t.drop(*f, fileRef{name: string(key)})
+		delete(t.named, string(key))
+	}
+	var watch []byte
+	if t.checked(key) {
+		watch = key
+	}
+	name := string(key)
+	f, b, ok, err := r.openAttr(d, path, watch, fileRef{name: name})
+	if ok && f.fd >= 0 {
+		t.named[name] = &f
+	}
+	return b, ok, err
+}
+
+// openAttr opens path (relative to d) and reads it, for the cache entry
+// ref. f.fd is -1 when the file is not to be kept open (the cache is full,
+// or it could not be read in one pread): it was then read by path.
+//
+// watch is nil on sysfs and procfs; elsewhere it is the file's path from
+// the working directory, and its directory is watched before the file is
+// opened, so that no change after the open goes unnoticed; without a watch
+// each read of the file is checked with an fstat.
+func (r *reader) openAttr(d dir, path, watch []byte, ref fileRef) (f attrFile, b []byte, ok bool, err error) {
+	t := r.files
+	f = attrFile{fd: -1, gen: t.gen}
+	full := t.len() >= maxCachedFiles
+	if watch != nil && !full {
+		i := len(watch) - 1
+		for i > 0 && watch[i] != '/' {
+			i--
+		}
+		dirPath := watch[:max(i, 1)]
+		if watch[0] != '/' && i == 0 {
+			dirPath = []byte(".")
+		}
+		if wd, watched := t.watch(dirPath); watched {
+			f.wd = wd
+			t.watched[wd] = append(t.watched[wd], ref)
+		} else {
+			f.check = true
+		}
+	}
+	pz := append(path, 0)
+	fd, err := openZ(d.fd, &pz[0], unix.O_RDONLY)
+	if err == nil && !full {
+		f.fd = int32(fd)
+		if b, fresh := r.pread(f); fresh {
+			return f, b, true, nil
+		}
+	}
+	if err == nil {
+		unix.Close(fd)
+	}
+	f.fd = -1
+	t.drop(f, ref) // forget the watch; the file is closed already
+	if err == unix.ENOENT {
+		return f, nil, false, nil
+	}
+	b, ok, err = r.readOptional(d, path) // for its error, or a larger buffer
+	return f, b, ok, err
+}
+
+// pread reads the whole file open as f from offset 0 into the scratch
 // buffer. fresh is false when the file went away, the read failed or the
 // content filled the buffer: the caller then reads by path, which reports
 // errors and grows the buffer up to the cap.
-func (t *attrFiles) pread(r *reader, fd int) (b []byte, fresh bool) {
-	if !t.sysfs {
+func (r *reader) pread(f attrFile) (b []byte, fresh bool) {
+	if f.check {
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || st.Nlink == 0 {
+		if unix.Fstat(int(f.fd), &st) != nil || st.Nlink == 0 {
 			return nil, false
 		}
 	}
 	for {
-		n, err := unix.Pread(fd, r.buf, 0)
+		n, err := unix.Pread(int(f.fd), r.buf, 0)
 		if err == unix.EINTR {
 			continue
 		}

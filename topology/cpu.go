@@ -69,7 +69,7 @@ func (fs FS) readCPULists(r *reader) (CPUs, error) {
 	}
 	for _, l := range lists {
 		p := r.at(fs.cpuDir, -1, l.name)
-		b, ok, err := r.readOptional(cwd, p)
+		b, ok, err := r.readFile(cwd, p)
 		if err != nil {
 			return CPUs{}, err
 		}

@@ -14,10 +14,11 @@ import (
 // directory. Make one with [NewFS]; the zero FS reads nothing.
 //
 // An FS is an immutable value: it is safe for concurrent use, and each
-// method call reads the files afresh. On Linux it keeps the memory blocks'
-// attribute files open between rebuilds, to read them again with one
+// method call reads the files afresh. On Linux it keeps the files a
+// rebuild reads open between rebuilds, to read them again with one
 // syscall each (see attrCache); the files close once no copy of the FS
-// is reachable.
+// is reachable. Over a tree that is neither sysfs nor procfs it watches
+// their directories with the process's one inotify instance (see watcher).
 type FS struct {
 	sys  string // sysfs root, e.g. /sys
 	proc string // procfs root, e.g. /proc
@@ -30,9 +31,10 @@ type FS struct {
 	// trailing NUL for the allocation-free MemTotal).
 	cpuDir, nodeDir, memDir, hugeDir string
 	meminfo, meminfoZ                string
+	pidMaxPath, threadsMaxPath       string
 
-	// cache keeps the memory blocks' attribute files open between
-	// rebuilds; shared by the copies of the FS (see attrCache).
+	// cache keeps the files a rebuild reads open between rebuilds;
+	// shared by the copies of the FS (see attrCache).
 	cache *attrCache
 }
 
@@ -54,6 +56,9 @@ func NewFS(sysRoot, procRoot string) (FS, error) {
 		memDir:  filepath.Join(sysRoot, "devices/system/memory"),
 		hugeDir: filepath.Join(sysRoot, "kernel/mm/hugepages"),
 		meminfo: filepath.Join(procRoot, "meminfo"),
+
+		pidMaxPath:     filepath.Join(procRoot, "sys/kernel/pid_max"),
+		threadsMaxPath: filepath.Join(procRoot, "sys/kernel/threads-max"),
 	}
 	f.meminfoZ = f.meminfo + "\x00"
 
@@ -72,7 +77,7 @@ func NewFS(sysRoot, procRoot string) (FS, error) {
 	if _, err := readHead(f.meminfoZ, buf[:]); err != nil {
 		return FS{}, fmt.Errorf("procfs root %s: read %s: %w", procRoot, f.meminfo, err)
 	}
-	f.cache = newAttrCache(f.memDir)
+	f.cache = newAttrCache(sysRoot, procRoot)
 	return f, nil
 }
 
@@ -124,14 +129,13 @@ func (fs FS) ephemeralStorage() (uint64, error) {
 // is absent, 0 when both are (a synthetic tree without them).
 func (fs FS) pidMax(r *reader) (int64, error) {
 	var limit int64
-	for _, name := range [...]string{"sys/kernel/pid_max", "sys/kernel/threads-max"} {
-		p := filepath.Join(fs.proc, name)
-		b, err := r.read(r.at(p, -1, ""))
-		if isNotExist(err) {
-			continue
-		}
+	for _, p := range [...]string{fs.pidMaxPath, fs.threadsMaxPath} {
+		b, ok, err := r.readFile(cwd, r.at(p, -1, ""))
 		if err != nil {
 			return 0, err
+		}
+		if !ok {
+			continue
 		}
 		b = bytes.TrimSpace(b)
 		v, ok := parseUint(b, 10)

@@ -44,7 +44,7 @@ func (r *reader) readHugepages(d dir, a string, id int, b string) ([]Hugepages, 
 		p = strconv.AppendUint(p, kb, 10)
 		p = append(p, "kB/nr_hugepages"...)
 		r.path = p
-		data, ok, err := r.readOptional(d, p)
+		data, ok, err := r.readFile(d, p)
 		if err != nil {
 			return nil, err
 		}

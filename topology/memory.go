@@ -50,7 +50,7 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 
 	var blockSize uint64
 	p := r.at("block_size_bytes", -1, "")
-	if b, ok, err := r.readOptional(d, p); err != nil {
+	if b, ok, err := r.readFile(d, p); err != nil {
 		return 0, nil, err
 	} else if ok {
 		v, valid := parseUint(b, 16)

@@ -105,7 +105,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 		}
 
 		p := r.at("node", id, "/distance")
-		if b, ok, err := r.readOptional(d, p); err != nil {
+		if b, ok, err := r.readFile(d, p); err != nil {
 			return nil, nil, err
 		} else if ok {
 			if n.Distances, err = parseDistances(b); err != nil {
@@ -123,7 +123,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 func readNodeMemory(r *reader, nodes dir, n *Node) error {
 	n.MemTotal = 0
 	p := r.at("node", n.ID, "/meminfo")
-	if b, ok, err := r.readOptional(nodes, p); err != nil {
+	if b, ok, err := r.readFile(nodes, p); err != nil {
 		return err
 	} else if ok {
 		if n.MemTotal, err = parseNodeMemTotal(b); err != nil {

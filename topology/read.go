@@ -20,8 +20,9 @@ type reader struct {
 	path []byte // scratch path; a NUL is appended while a syscall needs it
 	buf  []byte // contents of the last file read
 	dent []byte // directory entry scratch
+	key  []byte // scratch for the path that names an open file
 
-	// files are the attribute files kept open between rebuilds, while
+	// files are the files kept open between rebuilds, while
 	// this reader's rebuild holds them; nil: read every file by path.
 	files *attrFiles
 }
@@ -46,6 +47,7 @@ var readerPool = sync.Pool{
 	New: func() any {
 		return &reader{
 			path: make([]byte, 0, 256),
+			key:  make([]byte, 0, 256),
 			buf:  make([]byte, 16<<10),
 			dent: make([]byte, 32<<10),
 		}
@@ -81,7 +83,7 @@ func putReader(r *reader) {
 	readerPool.Put(r)
 }
 
-// useFiles lends the FS's open attribute files to r for one rebuild, if
+// useFiles lends the FS's open files to r for one rebuild, if
 // no other rebuild holds them; the returned func gives them back.
 func (r *reader) useFiles(c *attrCache) (release func()) {
 	t := c.acquire()

@@ -97,7 +97,11 @@ func (fs FS) snapshot(prev *Snapshot) (*Snapshot, error) {
 // SwapTotal, the node-wide hugepage pools, pid_max and the kubelet root
 // filesystem's size.
 func (fs FS) readTotals(r *reader, s *Snapshot) error {
-	b, err := r.read(r.at(fs.meminfo, -1, ""))
+	p := r.at(fs.meminfo, -1, "")
+	b, ok, err := r.readFile(cwd, p)
+	if err == nil && !ok {
+		_, err = r.read(p) // for the error that says the file is missing
+	}
 	if err != nil {
 		return err
 	}
