@@ -500,3 +500,44 @@ func TestChangeJSONRebuild(t *testing.T) {
 		t.Errorf("an older change decoded as %+v, %v", old, err)
 	}
 }
+
+// The kernel changes a memory block before it sends the block's uevent, so
+// a check may find a block the incremental model has not been told of yet.
+// That is judged with the next batches: the block's event arriving clears
+// it; no event for it within a second makes it a mismatch.
+func TestSysfsBlockAheadOfItsEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		event bool
+		want  float64
+	}{
+		{"its event comes", true, 0},
+		{"no event comes", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _, logs := startStale(t, Config{MemPoll: -1, Resync: -1, VerifyEvery: 1})
+			// Two blocks go offline; only the first one's event is out.
+			h.setBlock(62, 1, false)
+			h.setBlock(63, 1, false)
+			h.memoryEvent(uevent.ActionOffline, 62)
+			h.flush()
+			c := h.next()
+			if !c.Rebuild.Verified || c.Rebuild.Kind != RebuildFull || !hasKind(c.Changes, topology.ChangeMemoryBlockOffline) {
+				t.Fatalf("rebuild %+v changes %s, want the full model after a disagreement", c.Rebuild, c.Changes)
+			}
+			h.quiet()
+			if tc.event {
+				h.memoryEvent(uevent.ActionOffline, 63)
+			} else {
+				h.clock.Step(2 * suspectGrace)
+				h.cpuEvent(uevent.ActionChange, 1)
+			}
+			h.flush()
+			waitFor(t, func() bool { return h.mon.Stats().Rebuilds >= 3 })
+			if got := testutil.ToFloat64(h.metrics.IncrementalMismatch); got != tc.want {
+				t.Errorf("mismatches counted %v, want %v (errors logged: %v)", got, tc.want, logs.errors(t))
+			}
+			isTheTree(t, h)
+		})
+	}
+}

@@ -251,6 +251,10 @@ type Monitor struct {
 	// incremental counts incremental rebuilds, for Config.VerifyEvery.
 	// It belongs to Run's goroutine.
 	incremental int
+	// suspect is a disagreement of the incremental model with a full
+	// rebuild in memory blocks only, not yet judged (see verify); it
+	// belongs to Run's goroutine too.
+	suspect *suspectMismatch
 
 	mu      sync.RWMutex // guards the fields below
 	snap    *topology.Snapshot

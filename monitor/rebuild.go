@@ -21,6 +21,7 @@ const maxRetries = 3
 // says how many inputs wait in the loop's queue. It returns the batch
 // again, due after a backoff, when the read failed and may be retried.
 func (m *Monitor) rebuild(b *batch, queued func() int) *batch {
+	m.judge(b)
 	m.mu.RLock()
 	old := m.snap
 	m.mu.RUnlock()

@@ -3,7 +3,9 @@ package monitor
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/node-resized/node-resized/topology"
 )
@@ -23,8 +25,11 @@ import (
 // loop yet naming what the full rebuild already sees. So before it counts
 // a mismatch, verify reads the incremental model again between two full
 // rebuilds: only when those two agree, the incremental one still differs,
-// and no input waits in the queue, is it a bug. Either way the newest full
-// model is installed.
+// and no input waits in the queue, is it a bug. Even then, when only memory
+// blocks' states differ (or blocks came or went), the kernel may have
+// changed a block whose uevent has not been sent yet: that is judged with
+// the next batches, and counts only if no event names those blocks within
+// a second. Either way the newest full model is installed.
 func (m *Monitor) verify(old *topology.Snapshot, b *batch, snap *topology.Snapshot, how Rebuild, queued func() int) (*topology.Snapshot, Rebuild) {
 	var inc, full *topology.Snapshot
 	switch {
@@ -82,10 +87,92 @@ func (m *Monitor) verify(old *topology.Snapshot, b *batch, snap *topology.Snapsh
 	}
 	how.Reason = "the incremental model differed from a full rebuild"
 	how.Mismatch = mismatch(again, after)
+	if ids := blocksAhead(again, after); ids != nil {
+		// Only memory blocks differ: the kernel changes a block before
+		// it sends the block's uevent, so the full rebuild may see a
+		// block whose event is still on its way. Judge it when the next
+		// batch comes: a bug only if no event named those blocks.
+		m.suspect = &suspectMismatch{blocks: ids, until: m.clock.Now().Add(suspectGrace), mismatch: how.Mismatch,
+			devs: devices(b.devs), triggers: b.triggers, seqnums: b.seqnums.String()}
+		return after, how
+	}
+	m.mismatch(how.Mismatch, devices(b.devs), b.triggers, b.seqnums.String())
+	return after, how
+}
+
+// suspectGrace is how long the uevents of memory blocks that a full
+// rebuild saw changed, and an incremental one did not, may take to arrive
+// before the disagreement counts as a bug.
+const suspectGrace = time.Second
+
+// suspectMismatch is a disagreement in memory blocks awaiting their
+// uevents.
+type suspectMismatch struct {
+	blocks                  []int
+	until                   time.Time
+	mismatch, devs, seqnums string
+	triggers                []Trigger
+}
+
+// judge settles a pending suspect with the next batch: the blocks that
+// the batch's uevents name are cleared from it, and when none is left it
+// was an event on its way; past the grace with blocks left, it is counted
+// and logged as a mismatch.
+func (m *Monitor) judge(b *batch) {
+	sp := m.suspect
+	if sp == nil {
+		return
+	}
+	sp.blocks = slices.DeleteFunc(sp.blocks, func(id int) bool {
+		return slices.Contains(b.devs, topology.Device{Kind: topology.DeviceMemory, ID: id})
+	})
+	switch {
+	case len(sp.blocks) == 0:
+		m.suspect = nil
+	case m.clock.Now().After(sp.until):
+		m.suspect = nil
+		m.mismatch(sp.mismatch, sp.devs, sp.triggers, sp.seqnums)
+	}
+}
+
+// mismatch counts and logs an incremental model a full rebuild
+// contradicted.
+func (m *Monitor) mismatch(what, devs string, triggers []Trigger, seqnums string) {
 	m.cfg.Metrics.IncrementalMismatch.Inc()
 	m.log.Error("incremental model differs from a full rebuild of the same moment; installing the full one",
-		"mismatch", how.Mismatch, "devices", devices(b.devs), "triggers", b.triggers, "seqnums", b.seqnums.String())
-	return after, how
+		"mismatch", what, "devices", devs, "triggers", triggers, "seqnums", seqnums)
+}
+
+// blocksAhead returns the ids of the memory blocks in which inc and full
+// differ, when the differences are all of the kind a uevent announces (a
+// block's state, a block added or removed) and nothing else differs; nil
+// otherwise.
+func blocksAhead(inc, full *topology.Snapshot) []int {
+	c := *inc
+	c.MemoryBlocks = full.MemoryBlocks
+	if !reflect.DeepEqual(&c, full) {
+		return nil
+	}
+	byID := make(map[int]topology.MemoryBlock, len(inc.MemoryBlocks))
+	for _, blk := range inc.MemoryBlocks {
+		byID[blk.ID] = blk
+	}
+	var ids []int
+	for _, blk := range full.MemoryBlocks {
+		old, ok := byID[blk.ID]
+		switch {
+		case ok && old.State == blk.State && old != blk:
+			return nil // a zone or node that no uevent of its own announces
+		case !ok || old != blk:
+			ids = append(ids, blk.ID)
+		}
+		delete(byID, blk.ID)
+	}
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // mismatch says what the full model has that the incremental one does
