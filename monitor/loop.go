@@ -235,6 +235,20 @@ func (l *loop) intake(it item) {
 		at = l.clock.Now()
 	}
 	dev := topology.ParseDevPath(it.ev.DevPath)
+	if it.ev.Action == uevent.ActionAdd && dev.Kind == topology.DeviceMemory {
+		// A memory block added is offline: no capacity yet, so nothing
+		// is lost by waiting for the rest of its DIMM. And reading its
+		// valid_zones while the kernel is still adding the DIMM's other
+		// blocks was seen to block for minutes (Linux 6.1, ACPI hotplug
+		// under QEMU): it is never a leading edge.
+		b := l.hold(TriggerUevent, at)
+		b.events++
+		b.devs = append(b.devs, dev)
+		if it.ev.Seqnum != 0 {
+			b.seqnums.Add(it.ev.Seqnum)
+		}
+		return
+	}
 	b := l.arrive(TriggerUevent, at, l.loss(it.ev.Action, dev))
 	b.events++
 	b.devs = append(b.devs, dev)
@@ -365,6 +379,29 @@ func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 		l.burst = true
 	default:
 		l.burst = true
+		quietFrom := at
+		if now.After(quietFrom) {
+			quietFrom = now
+		}
+		b.deadline = quietFrom.Add(l.m.cfg.Quiet)
+		if limit := b.first.Add(l.m.cfg.MaxWait); b.deadline.After(limit) {
+			b.deadline = limit
+		}
+	}
+	return b
+}
+
+// hold records a timed input that is never a leading edge: it starts a
+// burst or goes on with one, and its batch waits for the quiet window.
+func (l *loop) hold(t Trigger, at time.Time) *batch {
+	b := l.open()
+	b.addTrigger(t)
+	if b.first.IsZero() {
+		b.first = at
+	}
+	now := l.clock.Now()
+	l.active, l.burst = now, true
+	if !b.due {
 		quietFrom := at
 		if now.After(quietFrom) {
 			quietFrom = now
