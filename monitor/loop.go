@@ -235,12 +235,16 @@ func (l *loop) intake(it item) {
 		at = l.clock.Now()
 	}
 	dev := topology.ParseDevPath(it.ev.DevPath)
-	if it.ev.Action == uevent.ActionAdd && dev.Kind == topology.DeviceMemory {
+	if dev.Kind == topology.DeviceMemory && (it.ev.Action == uevent.ActionAdd || it.ev.Action == uevent.ActionOnline) {
 		// A memory block added is offline: no capacity yet, so nothing
 		// is lost by waiting for the rest of its DIMM. And reading its
 		// valid_zones while the kernel is still adding the DIMM's other
 		// blocks was seen to block for minutes (Linux 6.1, ACPI hotplug
-		// under QEMU): it is never a leading edge.
+		// under QEMU): it is never a leading edge. Nor is a block
+		// coming online, a gain that comes with the rest of its DIMM
+		// (onlined block by block, by the kernel or by --auto-online):
+		// the DIMM is then one change for its blocks' arrival and one
+		// for their capacity.
 		b := l.hold(TriggerUevent, at)
 		b.events++
 		b.devs = append(b.devs, dev)

@@ -494,6 +494,7 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	}
 
 	// Plug: blocks onlined movable, kubepods grows through systemd.
+	pid0 := kubeletPID(t, n)
 	mark := guestNow(t, n)
 	dimm, err := n.HotAddDIMM(ctx, installedDIMM, 1)
 	if err != nil {
@@ -531,7 +532,7 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	// shipped policy: 10 s). The memory that goes away below is then
 	// memory the kubelet knew (otherwise its own allocatable, from the
 	// boot memory, would already evict the pod).
-	plugAdopted := s.waitDaemonRestartsKubelet(t, "c DIMM hot-add", mark, 2*time.Minute, func(v nodeVersion) bool { return v.mem == mem0+installedDIMM })
+	plugAdopted := s.waitDaemonRestartsKubelet(t, "c DIMM hot-add", pid0, mark, 2*time.Minute, func(v nodeVersion) bool { return v.mem == mem0+installedDIMM })
 	s.timing("c DIMM hot-add: uevent->kubelet restarted by node-resized %v, ->Node Ready by it with the DIMM %v", plugAdopted.restart, plugAdopted.ready)
 	waitKubepodsMax(t, n, mem0+installedDIMM-installedReserved, 30*time.Second)
 	conf := fmt.Sprintf(`{"memory":"%d"}`, mem0+installedDIMM)
@@ -597,6 +598,7 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	}
 
 	// Unplug: the clamp, then the API.
+	pid0 = kubeletPID(t, n)
 	mark = guestNow(t, n)
 	u0 := time.Now()
 	if err := n.DeviceDel(ctx, dimm); err != nil {
@@ -745,7 +747,7 @@ func (s *installed) dimmUnplug(t *testing.T) {
 	// restarts it once the loss has settled and the eviction is done, at
 	// most once per 2 min (the shipped policy) counted from its restart
 	// for the plug.
-	down := s.waitDaemonRestartsKubelet(t, "c DIMM unplug", mark, 4*time.Minute, func(v nodeVersion) bool { return v.mem == mem0 })
+	down := s.waitDaemonRestartsKubelet(t, "c DIMM unplug", pid0, mark, 4*time.Minute, func(v nodeVersion) bool { return v.mem == mem0 })
 	if got := kubepodsMax(t, n); got != clampTo {
 		t.Errorf("kubepods.slice MemoryMax %s once the kubelet has adopted the smaller machine, want %s", mibs(got), mibs(clampTo))
 	}

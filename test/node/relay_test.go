@@ -716,15 +716,14 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 }
 
 // waitDaemonRestartsKubelet waits, for the change that began at mark (the
-// guest's clock), until node-resized has restarted the kubelet once and the
+// guest's clock) while kubelet pid0 ran, until node-resized has restarted the kubelet once and the
 // restarted kubelet is Ready with a capacity that want accepts, in its own
 // status writes. It returns the times from the change's first uevent (the
 // first status patch since mark, less its latency).
-func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what string, mark time.Time, timeout time.Duration, want func(nodeVersion) bool) relayAdoption {
+func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, mark time.Time, timeout time.Duration, want func(nodeVersion) bool) relayAdoption {
 	t.Helper()
 	n, cs := s.n, s.admin
 	var r relayAdoption
-	pid0 := kubeletPID(t, n)
 	off := guestNow(t, n).Sub(time.Now()) // guest clock - this machine's clock
 	patches := waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second)
 	lat, ok := patches[0].latency()
