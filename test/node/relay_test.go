@@ -267,19 +267,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	// carry the new capacity: none reverts it. (A stock kubelet whose
 	// status is unchanged writes it again only every
 	// nodeStatusReportFrequency, 5m; its heartbeat is the Lease.)
-	var kubeletWrites int
-	for _, v := range s.hist.all() {
-		if v.manager != "kubelet" || v.at.Before(began.Add(-off)) {
-			continue
-		}
-		kubeletWrites++
-		if !want(v) {
-			t.Errorf("%s: the restarted kubelet wrote %v: not the new capacity", what, v)
-		}
-	}
-	if kubeletWrites == 0 {
-		t.Errorf("%s: no status write by the restarted kubelet", what)
-	}
+	kubeletWrites := s.kubeletWrites(t, what, began.Add(-off), want)
 
 	// No fight: node-resized patches nothing from now on.
 	p0 := st.Kubernetes.Patches
@@ -715,6 +703,27 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 	})
 }
 
+// kubeletWrites checks the kubelet's own status writes since since (this
+// machine's clock): at least one, each with a capacity want accepts. It
+// returns how many there were.
+func (s *installed) kubeletWrites(t *testing.T, what string, since time.Time, want func(nodeVersion) bool) int {
+	t.Helper()
+	var n int
+	for _, v := range s.hist.all() {
+		if v.manager != "kubelet" || v.at.Before(since) {
+			continue
+		}
+		n++
+		if !want(v) {
+			t.Errorf("%s: the restarted kubelet wrote %v: not the new capacity", what, v)
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no status write by the restarted kubelet", what)
+	}
+	return n
+}
+
 // waitDaemonRestartsKubelet waits, for the change that began at mark (the
 // guest's clock) while kubelet pid0 ran, until node-resized has restarted the kubelet once and the
 // restarted kubelet is Ready with a capacity that want accepts, in its own
@@ -750,19 +759,7 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 		t.Errorf("%s: kubelet MainPID %s after the restart (was %s)", what, r.pid, pid0)
 	}
 	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
-	var kubeletWrites int
-	for _, v := range s.hist.all() {
-		if v.manager != "kubelet" || v.at.Before(began.Add(-off)) {
-			continue
-		}
-		kubeletWrites++
-		if !want(v) {
-			t.Errorf("%s: the restarted kubelet wrote %v: not the new capacity", what, v)
-		}
-	}
-	if kubeletWrites == 0 {
-		t.Errorf("%s: no status write by the restarted kubelet", what)
-	}
+	s.kubeletWrites(t, what, began.Add(-off), want)
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		got := daemonMetric(t, n, "node_resized_kubelet_stale")
 		if got == 0 {
