@@ -216,7 +216,7 @@ func (l *loop) run(ctx context.Context) {
 func (l *loop) intake(it item) {
 	if it.lost {
 		// Lost events are never delayed: what they hid may be a loss.
-		l.arrive(TriggerLost, l.clock.Now(), true)
+		l.arrive(TriggerLost, l.clock.Now(), true, false)
 		return
 	}
 	if it.gap {
@@ -226,7 +226,7 @@ func (l *loop) intake(it item) {
 		// moved. A lost CPU or memory block moves them, so no loss
 		// hides behind a gap; a block added offline (no capacity) waits
 		// for the next event that names it or the periodic resync.
-		l.arrive(TriggerGap, l.clock.Now(), true)
+		l.arrive(TriggerGap, l.clock.Now(), true, false)
 		return
 	}
 	l.m.countUevent()
@@ -235,25 +235,16 @@ func (l *loop) intake(it item) {
 		at = l.clock.Now()
 	}
 	dev := topology.ParseDevPath(it.ev.DevPath)
-	if dev.Kind == topology.DeviceMemory && (it.ev.Action == uevent.ActionAdd || it.ev.Action == uevent.ActionOnline) {
-		// A memory block added is offline: no capacity yet, so nothing
-		// is lost by waiting for the rest of its DIMM. And reading its
-		// valid_zones while the kernel is still adding the DIMM's other
-		// blocks was seen to block for minutes (Linux 6.1, ACPI hotplug
-		// under QEMU): it is never a leading edge. Nor is a block
-		// coming online, a gain that comes with the rest of its DIMM
-		// (onlined block by block, by the kernel or by --auto-online):
-		// the DIMM is then one change for its blocks' arrival and one
-		// for their capacity.
-		b := l.hold(TriggerUevent, at)
-		b.events++
-		b.devs = append(b.devs, dev)
-		if it.ev.Seqnum != 0 {
-			b.seqnums.Add(it.ev.Seqnum)
-		}
-		return
-	}
-	b := l.arrive(TriggerUevent, at, l.loss(it.ev.Action, dev))
+	// A memory block added is offline: no capacity yet, so nothing is
+	// lost by waiting for the rest of its DIMM. And reading its
+	// valid_zones while the kernel is still adding the DIMM's other
+	// blocks was seen to block for minutes (Linux 6.1, ACPI hotplug under
+	// QEMU): it is never a leading edge. Nor is a block coming online, a
+	// gain that comes with the rest of its DIMM (onlined block by block,
+	// by the kernel or by --auto-online): the DIMM is then one change for
+	// its blocks' arrival and one for their capacity.
+	held := dev.Kind == topology.DeviceMemory && (it.ev.Action == uevent.ActionAdd || it.ev.Action == uevent.ActionOnline)
+	b := l.arrive(TriggerUevent, at, l.loss(it.ev.Action, dev), held)
 	b.events++
 	b.devs = append(b.devs, dev)
 	if it.ev.Seqnum != 0 {
@@ -271,7 +262,7 @@ func (l *loop) overflowed() {
 	m.cfg.Metrics.UeventsDropped.WithLabelValues("queue_full").Inc()
 	m.countLost()
 	m.log.Warn("uevent queue full; events lost, rescanning the machine", "queue_size", m.cfg.QueueSize)
-	l.arrive(TriggerLost, l.clock.Now(), true)
+	l.arrive(TriggerLost, l.clock.Now(), true, false)
 }
 
 // loss says whether a uevent takes away capacity the model holds: an
@@ -317,7 +308,7 @@ func (l *loop) pollMemTotal(at time.Time) {
 	m.mu.RUnlock()
 	if mt != cur {
 		m.log.Debug("MemTotal changed with no uevent", "old_bytes", cur, "new_bytes", mt)
-		l.arrive(TriggerMemTotal, at, mt < cur)
+		l.arrive(TriggerMemTotal, at, mt < cur, false)
 	}
 }
 
@@ -345,7 +336,8 @@ func (l *loop) open() *batch {
 //     has taken no timed input and rebuilt none for a quiet window, or,
 //     while no burst is under way, for a quarter of one: single events a
 //     few milliseconds apart (a CPU taken offline and brought back) are
-//     each rebuilt at once;
+//     each rebuilt at once. A held input (a memory block added or
+//     onlined) is never a leading edge;
 //   - any other input starts a burst, or goes on with it: it opens the
 //     burst's trailing batch or extends it, pushing its deadline out to
 //     the end of the quiet window but never past MaxWait from the batch's
@@ -355,7 +347,7 @@ func (l *loop) open() *batch {
 // The quiet window counts from when the loop takes the input, not from
 // its arrival: inputs that queued up while the loop was rebuilding are
 // one burst, not a row of late batches each already past its window.
-func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
+func (l *loop) arrive(t Trigger, at time.Time, loss, held bool) *batch {
 	b := l.open()
 	b.addTrigger(t)
 	if t != TriggerUevent && t != TriggerGap {
@@ -366,7 +358,7 @@ func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 	}
 	now := l.clock.Now()
 	gap, quiet := now.Sub(l.active), l.m.cfg.Quiet
-	leading := l.active.IsZero() || gap >= quiet || (!l.burst && gap >= quiet/4)
+	leading := !held && (l.active.IsZero() || gap >= quiet || (!l.burst && gap >= quiet/4))
 	l.active = now
 	if leading {
 		l.burst = false
@@ -383,29 +375,6 @@ func (l *loop) arrive(t Trigger, at time.Time, loss bool) *batch {
 		l.burst = true
 	default:
 		l.burst = true
-		quietFrom := at
-		if now.After(quietFrom) {
-			quietFrom = now
-		}
-		b.deadline = quietFrom.Add(l.m.cfg.Quiet)
-		if limit := b.first.Add(l.m.cfg.MaxWait); b.deadline.After(limit) {
-			b.deadline = limit
-		}
-	}
-	return b
-}
-
-// hold records a timed input that is never a leading edge: it starts a
-// burst or goes on with one, and its batch waits for the quiet window.
-func (l *loop) hold(t Trigger, at time.Time) *batch {
-	b := l.open()
-	b.addTrigger(t)
-	if b.first.IsZero() {
-		b.first = at
-	}
-	now := l.clock.Now()
-	l.active, l.burst = now, true
-	if !b.due {
 		quietFrom := at
 		if now.After(quietFrom) {
 			quietFrom = now
