@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -24,6 +25,23 @@ import (
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/systemd"
 )
+
+// fixProcs keeps the Go runtime's processor count from following CPU
+// hotplug. By default the runtime re-reads the CPU affinity every second
+// and resizes with a stop-the-world pause when it moved: on a hotplug, just
+// as the detection loop handles the event. And while a 2-CPU machine has
+// one CPU offline it would run on a single processor, which a slow sysfs
+// read in the loop hands to another thread. The count is fixed at start,
+// at least 2; a GOMAXPROCS in the environment is left as it is. It returns
+// the count.
+func fixProcs(getenv func(string) string) int {
+	if getenv("GOMAXPROCS") != "" {
+		return runtime.GOMAXPROCS(0)
+	}
+	n := max(2, runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(n) // an explicit setting turns the runtime's updates off
+	return n
+}
 
 // reapplyInterval is how often the kubepods limits are checked against the
 // last decision.
@@ -282,6 +300,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "node-resized:", err)
 		os.Exit(2)
 	}
+	fixProcs(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := newLogger(o, os.Stderr)
