@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
@@ -22,6 +23,7 @@ type Onliner struct {
 	log     *slog.Logger
 	m       *metrics.Metrics
 	work    chan job
+	pending atomic.Int64 // jobs queued or being carried out
 
 	mu   sync.Mutex // guards prev
 	prev *topology.Snapshot
@@ -69,13 +71,19 @@ func (o *Onliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 }
 
 func (o *Onliner) queue(j job) {
+	o.pending.Add(1)
 	select {
 	case o.work <- j:
 	default:
+		o.pending.Add(-1)
 		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
 		o.log.Error("too many hot-added devices queued; not bringing this one online", "device", j.name)
 	}
 }
+
+// Busy reports whether devices are queued or being brought online: their
+// online events are still to come. It is meant for monitor.Config.Busy.
+func (o *Onliner) Busy() bool { return o.pending.Load() > 0 }
 
 // Run brings the queued devices online until ctx is done.
 func (o *Onliner) Run(ctx context.Context) error {
@@ -85,6 +93,7 @@ func (o *Onliner) Run(ctx context.Context) error {
 			return nil
 		case j := <-o.work:
 			o.online(j)
+			o.pending.Add(-1)
 		}
 	}
 }

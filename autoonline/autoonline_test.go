@@ -87,3 +87,49 @@ func TestAddedCPUs(t *testing.T) {
 		t.Errorf("AddedCPUs with nothing added = %v", got)
 	}
 }
+
+// Busy holds from the queueing of a hot-added device until its write is
+// done, so that the detection loop keeps one DIMM's online events together.
+func TestBusyUntilTheLastWrite(t *testing.T) {
+	m := topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
+		BlockSize: 128 << 20,
+		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
+		MemKB:     1 << 20,
+	}
+	tree := m.WriteTree(t, topologytest.Dir(t))
+	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := func() *topology.Snapshot {
+		s, err := fsys.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	o := New(tree.Sys, nil, nil)
+	o.OnChange(monitor.Change{}, snap())
+	if o.Busy() {
+		t.Fatal("busy with nothing hot-added")
+	}
+	tree.AddBlocks(8, 3, 0, topologytest.BlockOffline, "Normal Movable")
+	o.OnChange(monitor.Change{}, snap())
+	if !o.Busy() {
+		t.Fatal("not busy with 3 blocks queued")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go o.Run(ctx)
+	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy after 10s")
+		}
+	}
+	// Not busy before the last write is done.
+	if got := read(t, filepath.Join(tree.Sys, "devices/system/memory/memory10/state")); got != "online_movable" {
+		t.Errorf("no longer busy, but memory10 state %q, want online_movable", got)
+	}
+}

@@ -406,7 +406,12 @@ func (l *loop) rebuildIfDue() {
 	if b == nil {
 		return
 	}
-	if b.deadline.After(l.clock.Now()) {
+	now := l.clock.Now()
+	if b.deadline.After(now) {
+		l.arm(b.deadline)
+		return
+	}
+	if l.waitForBusy(b, now) {
 		l.arm(b.deadline)
 		return
 	}
@@ -419,6 +424,25 @@ func (l *loop) rebuildIfDue() {
 	if l.pending != nil {
 		l.arm(l.pending.deadline)
 	}
+}
+
+// waitForBusy pushes a trailing batch whose quiet window has passed out by
+// another window while Config.Busy says more gains are coming, up to
+// MaxWait from its first input; it reports whether it did.
+func (l *loop) waitForBusy(b *batch, now time.Time) bool {
+	busy := l.m.cfg.Busy
+	if b.due || b.first.IsZero() || busy == nil || !busy() {
+		return false
+	}
+	limit := b.first.Add(l.m.cfg.MaxWait)
+	if !now.Before(limit) {
+		return false
+	}
+	b.deadline = now.Add(l.m.cfg.Quiet)
+	if b.deadline.After(limit) {
+		b.deadline = limit
+	}
+	return true
 }
 
 // drain takes into b, which is about to be rebuilt, the inputs that have

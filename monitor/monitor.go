@@ -73,6 +73,13 @@ type Config struct {
 	// MaxWait bounds the delay of a trailing rebuild from its first input,
 	// however long the burst goes on (default 500ms).
 	MaxWait time.Duration
+	// Busy, if set, says that more gains are on their way as events: the
+	// auto-onliner still bringing a DIMM's blocks online one by one. While
+	// it says so, a burst's trailing batch waits past its quiet window,
+	// never past MaxWait from its first input, so that a slow online
+	// does not split one hot-add into several changes. Losses never wait.
+	// It is called from the loop and must return at once.
+	Busy func() bool
 	// MemPoll is the interval of the MemTotal watch (default 1s; negative
 	// turns it off).
 	MemPoll time.Duration

@@ -99,7 +99,12 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		p.nrt = newTopologyPublisher(o, kcfg, p.relay, log, m)
 	}
 	p.readNode(ctx, o, log, m)
-	p.monitor = newMonitor(o, fsys, src, p.subscribers(o, log, m), log, m)
+	subs := p.subscribers(o, log, m)
+	var busy func() bool
+	if p.onliner != nil {
+		busy = p.onliner.Busy // a DIMM being onlined block by block is one burst
+	}
+	p.monitor = newMonitor(o, fsys, src, subs, busy, log, m)
 	if p.socket, p.tcp, err = listeners(o); err != nil {
 		return nil, err
 	}
@@ -314,10 +319,12 @@ func detectionInputs(o *options, log *slog.Logger, m *metrics.Metrics) (topology
 }
 
 // newMonitor builds the detection loop.
-func newMonitor(o *options, fsys topology.FS, src monitor.Source, subs []monitor.Subscriber, log *slog.Logger, m *metrics.Metrics) *monitor.Monitor {
+func newMonitor(o *options, fsys topology.FS, src monitor.Source, subs []monitor.Subscriber, busy func() bool,
+	log *slog.Logger, m *metrics.Metrics) *monitor.Monitor {
 	return monitor.New(fsys, src, monitor.Config{
 		Quiet:       o.quiet,
 		MaxWait:     o.maxWait,
+		Busy:        busy,
 		MemPoll:     disabledIfZero(o.memPoll),
 		Resync:      disabledIfZero(o.resync),
 		History:     o.history,
