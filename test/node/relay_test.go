@@ -397,12 +397,11 @@ func (s *installed) dimmBurst(t *testing.T, mark time.Time, mem0, want int64, lo
 	lost := daemonStatus(t, n).Stats.LostEvents - lost0
 	t.Logf("b DIMM (%d blocks of memory): %d model changes, %d status patches with a new memory, %d lost events", installedDIMM/blockSize, changes, memPatches, lost)
 	s.timing("b DIMM of %d blocks: %d model changes, %d Node status patches with a new memory, %d lost events", installedDIMM/blockSize, changes, memPatches, lost)
-	// The model changes are measured, not bounded: under TCG the
-	// daemon's own onlining of the blocks can pause longer than the quiet
-	// window, and each such pause is a change more (2 in most runs, 3 in
-	// some). What the API sees is bounded: exactly one patch.
-	if changes == 0 {
-		t.Errorf("b DIMM: no model change")
+	// The blocks added, then the blocks online: under TCG one online
+	// write can outlast the quiet window, and the loop holds the burst
+	// while the daemon's onliner is still busy with the DIMM.
+	if changes == 0 || changes > 2 {
+		t.Errorf("b DIMM: %d model changes, want 1 or 2", changes)
 	}
 	if memPatches != 1 {
 		t.Errorf("b DIMM: %d Node status patches with a new memory, want exactly 1", memPatches)
