@@ -13,7 +13,17 @@
 // worker publishes the capacity, allocatable and CapacityConfigured
 // condition in one minimal strategic-merge status patch, always the newest
 // wanted status, so detection never waits for the API server. Events go
-// through the events.k8s.io/v1 API.
+// through the events.k8s.io/v1 API, written by a worker of the relay's
+// own: recording one never blocks, the queue is bounded (an event more is
+// dropped and logged), a transient failure is tried again a few times,
+// and what is queued when the context ends is written on the way out.
+//
+// Every call goes through client-go's dynamic client, as JSON, converted
+// to and from the typed k8s.io/api structs where those are wanted; the
+// typed clientset and client-go's event recorder are not used, as their
+// scheme of every built-in API group would cost the daemon about 8 MiB of
+// memory at start (cmd/node-resized's TestNoTypedClientset keeps them
+// out).
 //
 // The Evictor brings the node's pods back within a shrunken allocatable in
 // the kubelet's memory-pressure order, through the Eviction API so that

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/decide"
@@ -94,7 +94,7 @@ type EvictorOptions struct {
 // RetryInterval, and the victims further down the ranking wait behind it,
 // so that the kubelet's order is kept.
 type Evictor struct {
-	client kubernetes.Interface
+	client dynamic.Interface
 	opts   EvictorOptions
 	log    *slog.Logger
 	m      *metrics.Metrics
@@ -123,8 +123,9 @@ type Evictor struct {
 	failures wait.Backoff           // the backoff after failed API calls; reset by a pass without one
 }
 
-// NewEvictor returns an evictor for the pods of opts.NodeName.
-func NewEvictor(client kubernetes.Interface, opts EvictorOptions) *Evictor {
+// NewEvictor returns an evictor for the pods of opts.NodeName that lists
+// and evicts them through client (Relay.EvictionClient).
+func NewEvictor(client dynamic.Interface, opts EvictorOptions) *Evictor {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -386,12 +387,16 @@ func (e *Evictor) listPods(ctx context.Context) ([]corev1.Pod, error) {
 	).String()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	list, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	list, err := e.client.Resource(podsGVR).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", e.opts.NodeName, err)
 	}
-	pods := list.Items[:0]
-	for _, p := range list.Items {
+	pods := make([]corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		var p corev1.Pod
+		if err := fromUnstructured(&list.Items[i], &p); err != nil {
+			return nil, fmt.Errorf("list pods on node %s: %w", e.opts.NodeName, err)
+		}
 		// The field selector already says so; checking again costs
 		// nothing and keeps a lenient server from widening the set.
 		if p.Spec.NodeName == e.opts.NodeName && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
@@ -456,10 +461,16 @@ func (e *Evictor) evict(ctx context.Context, v PodUsage) error {
 	uid := types.UID(v.UID)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	err := e.client.PolicyV1().Evictions(v.Namespace).Evict(ctx, &policyv1.Eviction{
+	eviction, err := toUnstructured(&policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
-	})
+	}, policyv1.SchemeGroupVersion.WithKind("Eviction"))
+	if err != nil {
+		return fmt.Errorf("evict pod %s: %w", v, err)
+	}
+	// A create of the pod's eviction subresource, as the typed client's
+	// Evict: POST .../pods/<name>/eviction.
+	_, err = e.client.Resource(podsGVR).Namespace(v.Namespace).Create(ctx, eviction, metav1.CreateOptions{}, "eviction")
 	if err != nil {
 		return fmt.Errorf("evict pod %s: %w", v, err)
 	}

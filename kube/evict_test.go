@@ -19,10 +19,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -31,8 +32,6 @@ import (
 )
 
 const evNode = "worker-1"
-
-var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 // evPod is a running pod on evNode with a memory request and a QoS class.
 func evPod(name, memory string, prio int32, qos corev1.PodQOSClass) *corev1.Pod {
@@ -51,13 +50,13 @@ func evPod(name, memory string, prio int32, qos corev1.PodQOSClass) *corev1.Pod 
 	return p
 }
 
-// evHarness runs an Evictor against a fake clientset. By default an
+// evHarness runs an Evictor against a fake API server. By default an
 // accepted eviction deletes the pod at once, as if the kubelet had
 // terminated it; onEvict replaces that.
 type evHarness struct {
 	stepped int64 // the evictor's armed count when the clock was last stepped
 	t       *testing.T
-	client  *fake.Clientset
+	client  *dynamicfake.FakeDynamicClient
 	ev      *Evictor
 	m       *metrics.Metrics
 	logs    *syncBuffer
@@ -108,7 +107,7 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptio
 	for i, p := range pods {
 		objs[i] = p
 	}
-	h := &evHarness{t: t, client: fake.NewClientset(objs...), m: metrics.New(), logs: &syncBuffer{},
+	h := &evHarness{t: t, client: fakeAPI(t, objs...), m: metrics.New(), logs: &syncBuffer{},
 		// A day ahead: a test passes only if the evictor reads this clock.
 		clock: clocktesting.NewFakeClock(time.Now().Add(24 * time.Hour)),
 		ws:    map[string]int64{}, reported: make(chan struct{}, 1000)}
@@ -199,9 +198,9 @@ func (h *evHarness) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	if a.GetSubresource() != "eviction" {
 		return false, nil, nil
 	}
-	e, ok := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
-	if !ok {
-		return true, nil, errors.New("eviction subresource without an Eviction")
+	e, err := evictionOf(a)
+	if err != nil {
+		return true, nil, err
 	}
 	h.mu.Lock()
 	h.evicted = append(h.evicted, e.Namespace+"/"+e.Name)
@@ -211,12 +210,38 @@ func (h *evHarness) react(a k8stesting.Action) (bool, runtime.Object, error) {
 		if err := hook(e.Namespace, e.Name); err != nil {
 			return true, nil, err
 		}
-		return true, &metav1.Status{Status: metav1.StatusSuccess}, nil
+		return true, evictionSuccess(), nil
 	}
 	if err := h.client.Tracker().Delete(podsGVR, e.Namespace, e.Name); err != nil {
 		return true, nil, err
 	}
-	return true, &metav1.Status{Status: metav1.StatusSuccess}, nil
+	return true, evictionSuccess(), nil
+}
+
+// evictionOf reads the Eviction an eviction request carries: a policy/v1
+// Eviction of the pod the request is for.
+func evictionOf(a k8stesting.Action) (*policyv1.Eviction, error) {
+	ca := a.(k8stesting.CreateAction)
+	u, ok := ca.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("eviction subresource with a %T", ca.GetObject())
+	}
+	if gvk := u.GroupVersionKind(); gvk != policyv1.SchemeGroupVersion.WithKind("Eviction") {
+		return nil, fmt.Errorf("eviction subresource with a %v, want a policy/v1 Eviction", gvk)
+	}
+	e := &policyv1.Eviction{}
+	if err := fromUnstructured(u, e); err != nil {
+		return nil, err
+	}
+	if e.Namespace != a.GetNamespace() || e.Name != ca.(k8stesting.CreateActionImpl).Name {
+		return nil, fmt.Errorf("eviction of %s/%s posted to pod %s/%s", e.Namespace, e.Name, a.GetNamespace(), ca.(k8stesting.CreateActionImpl).Name)
+	}
+	return e, nil
+}
+
+// evictionSuccess is the API server's answer to an eviction it accepts.
+func evictionSuccess() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Status", "status": metav1.StatusSuccess}}
 }
 
 func (h *evHarness) setOnEvict(f func(ns, name string) error) {
@@ -301,7 +326,10 @@ func TestEvictorEvictsInRankOrderAndReportsDone(t *testing.T) {
 				}
 			}
 		case a.GetVerb() == "create" && a.GetSubresource() == "eviction":
-			e := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+			e, err := evictionOf(a)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if e.DeleteOptions == nil || e.DeleteOptions.Preconditions == nil || e.DeleteOptions.Preconditions.UID == nil ||
 				string(*e.DeleteOptions.Preconditions.UID) != "uid-"+e.Name {
 				t.Errorf("eviction of %s without the pod's UID as precondition: %+v", e.Name, e.DeleteOptions)
@@ -728,7 +756,7 @@ func evMarkDeleted(h *evHarness, ns, name string, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	p := obj.(*corev1.Pod).DeepCopy()
-	p.DeletionTimestamp = &metav1.Time{Time: at}
+	p := obj.(*unstructured.Unstructured).DeepCopy()
+	p.SetDeletionTimestamp(&metav1.Time{Time: at})
 	return h.client.Tracker().Update(podsGVR, p, ns)
 }

@@ -12,15 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/decide"
@@ -176,15 +172,17 @@ func restConfig(path, hint string) (*rest.Config, error) {
 // status, records events and watches the Node. It is safe for concurrent
 // use; Run must be called once.
 type Relay struct {
-	opts   Options
-	client kubernetes.Interface
+	opts Options
+	// client writes: the Node's status and taint patches, and the
+	// events.
+	client dynamic.Interface
 	// nodes reads the Node as JSON (unstructured), so that fields the
-	// typed client does not know are kept.
+	// typed structs do not know are kept.
 	nodes dynamic.NamespaceableResourceInterface
 	// dyn is the client nodes came from, for other unstructured objects.
 	dyn dynamic.Interface
 	// evictClient is client without client-go's retries of a 429.
-	evictClient kubernetes.Interface
+	evictClient dynamic.Interface
 	log         *slog.Logger
 	m           *metrics.Metrics
 	clock       clock.Clock
@@ -192,8 +190,7 @@ type Relay struct {
 	// fake clock only once the wait they mean is set.
 	armed atomic.Int64
 
-	events   events.EventBroadcaster
-	recorder events.EventRecorder
+	events *eventWriter
 
 	wake chan struct{}
 
@@ -216,24 +213,23 @@ type Relay struct {
 	taintSeen, taintRefused *bool
 }
 
-// New returns a relay that patches and records events through client and
-// reads and watches the Node through nodes. Options are taken as they are
-// (QPS and Burst only matter to Connect).
-func New(client kubernetes.Interface, nodes dynamic.Interface, opts Options) *Relay {
+// New returns a relay that patches the Node and records events through
+// client and reads and watches the Node through nodes (Connect passes the
+// same client as both). Options are taken as they are (QPS and Burst only
+// matter to Connect).
+func New(client, nodes dynamic.Interface, opts Options) *Relay {
 	opts = opts.withDefaults()
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	return &Relay{
-		opts:     opts,
-		client:   client,
-		nodes:    nodes.Resource(corev1.SchemeGroupVersion.WithResource("nodes")),
-		dyn:      nodes,
-		log:      opts.Logger,
-		m:        opts.Metrics,
-		clock:    opts.Clock,
-		events:   b,
-		recorder: b.NewRecorder(scheme.Scheme, "node-resized"),
-		wake:     make(chan struct{}, 1),
-		subs:     slices.Clone(opts.NodeSubscribers),
+		opts:   opts,
+		client: client,
+		nodes:  nodes.Resource(nodesGVR),
+		dyn:    nodes,
+		log:    opts.Logger,
+		m:      opts.Metrics,
+		clock:  opts.Clock,
+		events: newEventWriter(client, opts),
+		wake:   make(chan struct{}, 1),
+		subs:   slices.Clone(opts.NodeSubscribers),
 	}
 }
 
@@ -257,13 +253,9 @@ func connect(cfg *rest.Config, opts Options) (*Relay, error) {
 	}
 	opts = opts.withDefaults()
 	cfg = clientConfig(cfg, opts)
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create Kubernetes client: %w", err)
-	}
-	nodes, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create the Node client: %w", err)
 	}
 	// Evictions get a client that does not sit out a refusal: client-go
 	// retries a 429 with Retry-After up to ten times, which would hide a
@@ -274,11 +266,11 @@ func connect(cfg *rest.Config, opts Options) (*Relay, error) {
 	if opts.EvictAsNode {
 		ecfg.Impersonate = rest.ImpersonationConfig{UserName: NodeUserPrefix + opts.NodeName}
 	}
-	eclient, err := kubernetes.NewForConfig(ecfg)
+	eclient, err := dynamic.NewForConfig(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("create the eviction client: %w", err)
 	}
-	r := New(client, nodes, opts)
+	r := New(client, client, opts)
 	r.evictClient = eclient
 	return r, nil
 }
@@ -306,23 +298,21 @@ func (n noRetryAfter) RoundTrip(req *http.Request) (*http.Response, error) {
 // EvictionClient returns the API client for the evictor: a 429 (a
 // PodDisruptionBudget's refusal) comes back at once, not after client-go's
 // retries.
-func (r *Relay) EvictionClient() kubernetes.Interface {
+func (r *Relay) EvictionClient() dynamic.Interface {
 	if r.evictClient != nil {
 		return r.evictClient
 	}
 	return r.client
 }
 
-// Run runs the relay until ctx is done: the event broadcaster, the status
-// patch worker and the Node watch, the latter two on goroutines of their
-// own that end with ctx and are waited for before Run returns. It returns
-// nil once ctx is done, or an error when the event recorder cannot start.
+// Run runs the relay until ctx is done: the event writer, the status
+// patch worker and the Node watch, each on a goroutine of its own that
+// ends with ctx and is waited for before Run returns (the event writer
+// first writes the events still queued, for up to a few seconds). It
+// returns nil once ctx is done.
 func (r *Relay) Run(ctx context.Context) error {
-	if err := r.events.StartRecordingToSinkWithContext(ctx); err != nil {
-		return fmt.Errorf("start the event recorder: %w", err)
-	}
-	defer r.events.Shutdown()
 	var wg sync.WaitGroup
+	wg.Go(func() { r.events.run(ctx) })
 	wg.Go(func() { r.sendStatuses(ctx) })
 	wg.Go(func() { r.watchNode(ctx) })
 	wg.Wait()
@@ -352,10 +342,12 @@ func (r *Relay) Publish(s decide.NodeStatus) {
 	}
 }
 
-// Event records an event on the Node. It never blocks.
+// Event records an event on the Node (action Resize). It never blocks:
+// the event is queued for Run's event writer, which tries again while
+// the API server is away, and drops it, with a log line, when too many
+// are waiting.
 func (r *Relay) Event(eventType decide.EventType, reason, message string) {
-	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.opts.NodeName, UID: types.UID(r.opts.NodeName)}
-	r.recorder.Eventf(ref, nil, string(eventType), reason, "Resize", "%s", message)
+	r.events.record(r.events.event(string(eventType), reason, "Resize", message))
 }
 
 // Stats are the relay's counters.
@@ -546,7 +538,7 @@ func (r *Relay) patch(ctx context.Context, s decide.NodeStatus) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = r.client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "node-resized"}, "status")
+	_, err = r.client.Resource(nodesGVR).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "node-resized"}, "status")
 	if err != nil {
 		return fmt.Errorf("patch Node %s status: %w", r.opts.NodeName, err)
 	}

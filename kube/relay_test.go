@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -81,11 +80,12 @@ func (p *patchRecorder) tries() int {
 	return p.attempts
 }
 
-// relayHarness runs a Relay against fake clients: the typed one takes
-// the status patches, the dynamic one serves the Node's list and watch.
+// relayHarness runs a Relay against two fake API servers: client takes
+// the Node's patches and the events, nodes serves the Node's list and
+// watch.
 type relayHarness struct {
 	r      *Relay
-	client *fake.Clientset
+	client *dynamicfake.FakeDynamicClient
 	nodes  *dynamicfake.FakeDynamicClient
 	rec    *patchRecorder
 	m      *metrics.Metrics
@@ -93,8 +93,6 @@ type relayHarness struct {
 	// stepped is the relay's armed count when the clock was last stepped.
 	stepped int64
 }
-
-var nodesGVR = corev1.SchemeGroupVersion.WithResource("nodes")
 
 // unstructuredNode is the Node worker-1 as the API server sends it.
 func unstructuredNode(capacity, allocatable, condition map[string]any) *unstructured.Unstructured {
@@ -127,7 +125,6 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 		},
 	}
 	h := &relayHarness{
-		client: fake.NewClientset(node),
 		nodes: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{nodesGVR: "NodeList"}, unstructuredNode(map[string]any{"cpu": "4"}, map[string]any{"cpu": "4"}, nil)),
 		rec:   &patchRecorder{fail: fail, got: make(chan struct{}, 100)},
@@ -138,8 +135,8 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 		MinBackoff: testMinBackoff, MaxBackoff: testMaxBackoff, Clock: h.clock}
 	if adjust != nil {
 		adjust(node, &opts)
-		h.client = fake.NewClientset(node)
 	}
+	h.client = fakeAPI(t, node)
 	h.client.PrependReactor("patch", "nodes", h.rec.react)
 	h.r = New(h.client, h.nodes, opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -156,6 +153,10 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 			t.Errorf("Run did not return after cancel")
 		}
 	})
+	// The watch serves another fake than the patches go to: a first list
+	// that came after the first patch would show the Node without it, and
+	// the relay would rightly patch again.
+	waitFor(t, "the Node watch's first list", func() bool { return h.r.Stats().NodeSynced })
 	return h
 }
 
@@ -218,10 +219,7 @@ func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	if len(body) != 1 || len(body["status"]) != 3 {
 		t.Errorf("patch touches more than status capacity/allocatable/conditions: %s", first)
 	}
-	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := typedNode(t, h.client)
 	var ready, ours bool
 	for _, c := range n.Status.Conditions {
 		ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
@@ -254,7 +252,7 @@ func TestNewestStatusWinsAfterOutage(t *testing.T) {
 		h.clock.Step(testMaxBackoff * 3 / 2)
 	}
 	waitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending })
-	n, _ := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
+	n := typedNode(t, h.client)
 	if q := n.Status.Capacity[corev1.ResourceCPU]; q.String() != "2" {
 		t.Errorf("capacity cpu %s after the outage, want the newest (2)", q.String())
 	}
@@ -341,11 +339,7 @@ func (h *relayHarness) heldFor(t *testing.T, d time.Duration) {
 
 func (h *relayHarness) cpu(t *testing.T) string {
 	t.Helper()
-	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := n.Status.Capacity[corev1.ResourceCPU]
+	q := typedNode(t, h.client).Status.Capacity[corev1.ResourceCPU]
 	return q.String()
 }
 
@@ -407,7 +401,7 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 // counts from the last change of what is wanted.
 func TestGainWindowCountsFromTheLastChange(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	r := New(fake.NewClientset(), dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{NodeName: "worker-1", Clock: clk, GainWindow: time.Second})
+	r := New(fakeAPI(t), dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{NodeName: "worker-1", Clock: clk, GainWindow: time.Second})
 	r.sent = &decide.NodeStatus{Capacity: resources.List{"cpu": 4000}}
 	first := clk.Now()
 	r.Publish(status(5, decide.ReasonAccepted))
@@ -552,10 +546,10 @@ func TestEvictAsNodeImpersonatesOnlyForEvictions(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		if _, err := r.EvictionClient().CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{}); err != nil {
+		if _, err := r.EvictionClient().Resource(podsGVR).List(ctx, metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = r.client.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}) // the answer is no Node; only the header matters
+		_, _ = r.client.Resource(nodesGVR).Get(ctx, "worker-1", metav1.GetOptions{}) // the answer is no Node; only the header matters
 		mu.Lock()
 		evict, own := seen["/api/v1/pods"], seen["/api/v1/nodes/worker-1"]
 		mu.Unlock()

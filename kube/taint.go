@@ -77,7 +77,7 @@ func (r *Relay) syncTaint(ctx context.Context, on bool) error {
 // setTaint reads the Node and patches its taints if they are not as
 // wanted; it reports whether it patched.
 func (r *Relay) setTaint(ctx context.Context, on bool) (bool, error) {
-	n, err := r.client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	n, err := r.getNode(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -98,6 +98,22 @@ func (r *Relay) setTaint(ctx context.Context, on bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode taint patch: %w", err)
 	}
-	_, err = r.client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "node-resized"})
+	_, err = r.client.Resource(nodesGVR).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "node-resized"})
 	return err == nil, err
+}
+
+// getNode reads the Node through the relay's client (not the watch's
+// cache: a patch that takes its resourceVersion as a precondition needs
+// the newest). Errors are the API server's, unwrapped, so that
+// apierrors.IsConflict and the like see them.
+func (r *Relay) getNode(ctx context.Context) (*corev1.Node, error) {
+	u, err := r.client.Resource(nodesGVR).Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	n := &corev1.Node{}
+	if err := fromUnstructured(u, n); err != nil {
+		return nil, err
+	}
+	return n, nil
 }

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
@@ -54,11 +52,7 @@ func (p *specPatches) count() int {
 
 func taintsOf(t *testing.T, h *relayHarness) []corev1.Taint {
 	t.Helper()
-	n, err := h.client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n.Spec.Taints
+	return typedNode(t, h.client).Spec.Taints
 }
 
 func startTaintRelay(t *testing.T, on bool, sp *specPatches) *relayHarness {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,7 +35,7 @@ const callTimeout = 10 * time.Second
 func (r *Relay) RemoveCondition(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	n, err := r.client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	n, err := r.getNode(ctx)
 	if err != nil {
 		return false, fmt.Errorf("read Node %s: %w", r.opts.NodeName, err)
 	}
@@ -56,7 +54,7 @@ func (r *Relay) RemoveCondition(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode the condition's removal: %w", err)
 	}
-	_, err = r.client.CoreV1().Nodes().Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, body,
+	_, err = r.client.Resource(nodesGVR).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, body,
 		metav1.PatchOptions{FieldManager: "node-resized"}, "status")
 	if err != nil {
 		return false, fmt.Errorf("remove condition %s from Node %s: %w", decide.ConditionType, r.opts.NodeName, err)
@@ -107,28 +105,11 @@ func (r *Relay) RemoveTaint(ctx context.Context) (bool, error) {
 }
 
 // RecordRemoval records a Normal event ReasonRemoved on the Node with
-// message, and waits for the API server to take it (unlike Event, which
-// queues).
+// message (action Uninstall), and waits for the API server to take it
+// (unlike Event, which queues).
 func (r *Relay) RecordRemoval(ctx context.Context, message string) error {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	now := r.clock.Now()
-	hostname, _ := os.Hostname()
-	ev := &eventsv1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", r.opts.NodeName, now.UnixNano()),
-			Namespace: metav1.NamespaceDefault, // where the event recorder puts a Node's events
-		},
-		EventTime:           metav1.NewMicroTime(now),
-		ReportingController: "node-resized",
-		ReportingInstance:   "node-resized-" + hostname,
-		Action:              "Uninstall",
-		Reason:              ReasonRemoved,
-		Regarding:           corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.opts.NodeName, UID: types.UID(r.opts.NodeName)},
-		Note:                message,
-		Type:                corev1.EventTypeNormal,
-	}
-	if _, err := r.client.EventsV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	ev := r.events.event(corev1.EventTypeNormal, ReasonRemoved, "Uninstall", message)
+	if err := r.events.create(ctx, ev); err != nil {
 		return fmt.Errorf("record event %s on Node %s: %w", ReasonRemoved, r.opts.NodeName, err)
 	}
 	return nil

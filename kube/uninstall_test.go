@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -23,24 +22,20 @@ import (
 
 // removalRelay is a relay that is not run (as node-resized --uninstall
 // uses it) over a fake API server holding node.
-func removalRelay(node *corev1.Node) (*Relay, *fake.Clientset) {
-	client := fake.NewClientset(node)
+func removalRelay(t *testing.T, node *corev1.Node) (*Relay, *dynamicfake.FakeDynamicClient) {
+	client := fakeAPI(t, node)
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	return New(client, dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{NodeName: node.Name, Clock: clock}), client
 }
 
-func readNode(t *testing.T, client *fake.Clientset) *corev1.Node {
+func readNode(t *testing.T, client *dynamicfake.FakeDynamicClient) *corev1.Node {
 	t.Helper()
-	n, err := client.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return typedNode(t, client)
 }
 
 // countPatches counts the patches of the Node (subresource "" or
 // "status").
-func countPatches(client *fake.Clientset) func() int {
+func countPatches(client *dynamicfake.FakeDynamicClient) func() int {
 	n := 0
 	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		n++
@@ -53,7 +48,7 @@ func TestRemoveConditionKeepsTheOthers(t *testing.T) {
 	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}
 	ours := corev1.NodeCondition{Type: decide.ConditionType, Status: corev1.ConditionTrue, Reason: "Accepted"}
 	memory := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}
-	r, client := removalRelay(&corev1.Node{
+	r, client := removalRelay(t, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{ready, ours, memory}},
 	})
@@ -80,7 +75,7 @@ func TestRemoveConditionKeepsTheOthers(t *testing.T) {
 }
 
 func TestRemoveTaintKeepsTheOthers(t *testing.T) {
-	r, client := removalRelay(&corev1.Node{
+	r, client := removalRelay(t, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{otherTaint, staleTaint}},
 	})
@@ -99,7 +94,7 @@ func TestRemoveTaintKeepsTheOthers(t *testing.T) {
 // TestRemoveTaintForbidden: under NodeRestriction the node's own identity
 // may not change taints; the error says so and what to do.
 func TestRemoveTaintForbidden(t *testing.T) {
-	r, client := removalRelay(&corev1.Node{
+	r, client := removalRelay(t, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{staleTaint}},
 	})
@@ -125,7 +120,7 @@ func TestRemoveTaintForbidden(t *testing.T) {
 // TestRemoveTaintAbsentNeedsNoPatch: a Node without the taint is only
 // read, so the node's own identity suffices.
 func TestRemoveTaintAbsentNeedsNoPatch(t *testing.T) {
-	r, client := removalRelay(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}})
+	r, client := removalRelay(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}})
 	patches := countPatches(client)
 	if removed, err := r.RemoveTaint(context.Background()); err != nil || removed {
 		t.Errorf("RemoveTaint = %v, %v; want false, nil", removed, err)
@@ -136,18 +131,15 @@ func TestRemoveTaintAbsentNeedsNoPatch(t *testing.T) {
 }
 
 func TestRecordRemoval(t *testing.T) {
-	r, client := removalRelay(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}})
+	r, client := removalRelay(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}})
 	if err := r.RecordRemoval(context.Background(), "node-resized was removed"); err != nil {
 		t.Fatal(err)
 	}
-	list, err := client.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	list := typedEvents(t, client)
+	if len(list) != 1 {
+		t.Fatalf("%d events, want 1", len(list))
 	}
-	if len(list.Items) != 1 {
-		t.Fatalf("%d events, want 1", len(list.Items))
-	}
-	ev := list.Items[0]
+	ev := list[0]
 	if ev.Reason != ReasonRemoved || ev.Type != corev1.EventTypeNormal || ev.Regarding.Kind != "Node" ||
 		ev.Regarding.Name != "worker-1" || ev.Note != "node-resized was removed" || ev.ReportingController != "node-resized" ||
 		ev.EventTime.IsZero() || ev.Action == "" {
