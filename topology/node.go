@@ -57,47 +57,39 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	}
 	slices.Sort(ids)
 
+	// The nodes' directories and their CPUs' ids are read in parallel on a
+	// large machine; what a worker could not read is read again here, in
+	// order.
+	type nodeRead struct {
+		cpus  []CPU
+		links []blockLink
+		done  bool
+	}
+	reads := make([]nodeRead, len(ids))
+	if online.Len() >= parallelism.minCPUs {
+		r.parallel(len(ids), 1, func(w *reader, i, _ int) {
+			cpus, links, err := readNodeDir(w, d, cpuDir, ids[i], online, nil)
+			reads[i] = nodeRead{cpus, links, err == nil}
+		})
+	}
 	nodes := make([]Node, 0, len(ids))
 	var links []blockLink
-	var cpus []int // scratch, reused for every node
-	for _, id := range ids {
-		cpus = cpus[:0]
-		err := r.scanIn(d, r.at("node", id, ""), func(name []byte) {
-			if c, ok := numberedName(name, "cpu"); ok {
-				cpus = append(cpus, c)
-			} else if b, ok := numberedName(name, "memory"); ok {
-				links = append(links, blockLink{block: b, node: id})
-			}
-		})
-		if err != nil {
-			if isNotExist(err) {
-				continue // the node went away under us
-			}
-			return nil, nil, err
-		}
+	var scratch []int // reused for every node
+	for i, id := range ids {
 		n := Node{ID: id}
-
-		slices.Sort(cpus)
-		count := 0
-		for _, c := range cpus {
-			if online.Contains(c) {
-				count++
-			}
-		}
-		if count > 0 {
-			n.CPUs = make([]CPU, 0, count)
-		}
-		for _, c := range cpus {
-			if !online.Contains(c) {
-				continue
-			}
-			cpu, ok, err := readCPU(r, cpuDir, c)
+		if nr := reads[i]; nr.done {
+			n.CPUs = nr.cpus
+			links = append(links, nr.links...)
+		} else {
+			var nodeLinks []blockLink
+			n.CPUs, nodeLinks, err = readNodeDir(r, d, cpuDir, id, online, &scratch)
 			if err != nil {
+				if isNotExist(err) {
+					continue // the node went away under us
+				}
 				return nil, nil, err
 			}
-			if ok {
-				n.CPUs = append(n.CPUs, cpu)
-			}
+			links = append(links, nodeLinks...)
 		}
 
 		if err := readNodeMemory(r, d, &n); err != nil {
@@ -116,6 +108,56 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	}
 	slices.SortFunc(links, func(a, b blockLink) int { return a.block - b.block })
 	return nodes, links, nil
+}
+
+// readNodeDir scans nodeN (nodes is devices/system/node) for its CPU and
+// memory block links, and reads the topology ids of its online CPUs from
+// cpuDir (devices/system/cpu). It returns the CPUs sorted by id (nil when
+// none is online) and the links in the order of the scan. scratch, when
+// not nil, holds the CPU ids between calls.
+func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) ([]CPU, []blockLink, error) {
+	var ids []int
+	if scratch != nil {
+		ids = (*scratch)[:0]
+	}
+	var links []blockLink
+	err := r.scanIn(nodes, r.at("node", id, ""), func(name []byte) {
+		if c, ok := numberedName(name, "cpu"); ok {
+			ids = append(ids, c)
+		} else if b, ok := numberedName(name, "memory"); ok {
+			links = append(links, blockLink{block: b, node: id})
+		}
+	})
+	if scratch != nil {
+		*scratch = ids
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(ids)
+	count := 0
+	for _, c := range ids {
+		if online.Contains(c) {
+			count++
+		}
+	}
+	var cpus []CPU
+	if count > 0 {
+		cpus = make([]CPU, 0, count)
+	}
+	for _, c := range ids {
+		if !online.Contains(c) {
+			continue
+		}
+		cpu, ok, err := readCPU(r, cpuDir, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, links, nil
 }
 
 // readNodeMemory reads n's MemTotal from nodeN/meminfo and its hugepage
