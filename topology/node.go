@@ -67,9 +67,11 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	}
 	reads := make([]nodeRead, len(ids))
 	if online.Len() >= parallelism.minCPUs {
-		r.parallel(len(ids), 1, func(w *reader, i, _ int) {
-			cpus, links, err := readNodeDir(w, d, cpuDir, ids[i], online, nil)
-			reads[i] = nodeRead{cpus, links, err == nil}
+		r.parallel(len(ids), 1, func(w *reader, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				cpus, links, err := readNodeDir(w, d, cpuDir, ids[i], online, nil)
+				reads[i] = nodeRead{cpus, links, err == nil}
+			}
 		})
 	}
 	nodes := make([]Node, 0, len(ids))

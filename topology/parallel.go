@@ -21,23 +21,28 @@ var parallelism = struct {
 	// online CPUs on: below that, starting goroutines costs more than it
 	// saves.
 	minBlocks, blockChunk, minCPUs int
-}{workers: 8, minBlocks: 256, blockChunk: 128, minCPUs: 128}
+}{workers: 8, minBlocks: 128, blockChunk: 128, minCPUs: 128}
 
 // errRedo is what a worker of a parallel rebuild returns for an object it
 // could not read from files already open: the owner reads it again.
 var errRedo = errors.New("topology: read again by the owner")
 
-// parallel calls fn for the chunks [lo, hi) of [0, n), chunk items each,
-// on up to min(GOMAXPROCS, parallelism.workers) goroutines, r's own among them,
-// and returns when every chunk is done; with one chunk or one CPU it just
+// parallel calls fn for the chunks [lo, hi) of [0, n), chunk items each
+// (fewer when that would leave a goroutine without one), on up to
+// min(GOMAXPROCS, parallelism.workers) goroutines, r's own among them, and
+// returns when every chunk is done; with one chunk or one CPU it just
 // calls fn(r, 0, n). The other goroutines get readers of their own that
 // share r's open files read-only (reader.shared): fn must store what it
 // reads by index, and leave what one of them could not read (errRedo,
 // or any other error) for r to read again afterwards, in order, so that
 // the result and the first error are the sequential ones.
 func (r *reader) parallel(n, chunk int, fn func(w *reader, lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), parallelism.workers, n)
+	if chunk*workers > n {
+		chunk = (n + workers - 1) / workers // an equal share each
+	}
 	chunks := (n + chunk - 1) / chunk
-	workers := min(runtime.GOMAXPROCS(0), parallelism.workers, chunks)
+	workers = min(workers, chunks)
 	if workers <= 1 {
 		fn(r, 0, n)
 		return
