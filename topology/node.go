@@ -75,7 +75,11 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 		})
 	}
 	nodes := make([]Node, 0, len(ids))
-	var links []blockLink
+	total := 0
+	for _, nr := range reads {
+		total += len(nr.links)
+	}
+	links := make([]blockLink, 0, total)
 	var scratch []int // reused for every node
 	for i, id := range ids {
 		n := Node{ID: id}
