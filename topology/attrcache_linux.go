@@ -283,23 +283,27 @@ func (r *reader) keyOf(d dir, path []byte) []byte {
 }
 
 // readFile reads the file at path, relative to d, as readOptional does,
-// through r's open files.
+// through r's open files; a worker (r.shared) as readAttr says.
 func (r *reader) readFile(d dir, path []byte) (b []byte, ok bool, err error) {
 	t := r.files
 	if t == nil {
 		return r.readOptional(d, path)
 	}
-	if r.shared {
-		return nil, false, errRedo
-	}
 	key := r.keyOf(d, path)
 	if f, cached := t.named[string(key)]; cached {
-		f.gen = t.gen
+		if atomic.LoadUint32(&f.gen) != t.gen { // as in readAttr
+			atomic.StoreUint32(&f.gen, t.gen)
+		}
 		if b, fresh := r.pread(*f); fresh {
 			return b, true, nil
 		}
+		if r.shared {
+			return nil, false, errRedo
+		}
 		t.drop(*f, fileRef{name: string(key)})
 		delete(t.named, string(key))
+	} else if r.shared {
+		return nil, false, errRedo
 	}
 	var watch []byte
 	if t.checked(key) {

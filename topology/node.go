@@ -57,11 +57,10 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	}
 	slices.Sort(ids)
 
-	// The nodes' directories and their CPUs' ids are read in parallel on a
-	// large machine; what a worker could not read is read again here, in
-	// order.
+	// The nodes are read in parallel on a large machine; what a worker
+	// could not read is read again here, in order.
 	type nodeRead struct {
-		cpus  []CPU
+		node  Node
 		links []blockLink
 		done  bool
 	}
@@ -69,8 +68,8 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	if online.Len() >= parallelism.minCPUs {
 		r.parallel(len(ids), 1, func(w *reader, lo, hi int) {
 			for i := lo; i < hi; i++ {
-				cpus, links, err := readNodeDir(w, d, cpuDir, ids[i], online, nil)
-				reads[i] = nodeRead{cpus, links, err == nil}
+				n, links, _, err := readNode(w, d, cpuDir, ids[i], online, nil)
+				reads[i] = nodeRead{n, links, err == nil}
 			}
 		})
 	}
@@ -82,45 +81,52 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	links := make([]blockLink, 0, total)
 	var scratch []int // reused for every node
 	for i, id := range ids {
-		n := Node{ID: id}
-		if nr := reads[i]; nr.done {
-			n.CPUs = nr.cpus
-			links = append(links, nr.links...)
-		} else {
-			var nodeLinks []blockLink
-			n.CPUs, nodeLinks, err = readNodeDir(r, d, cpuDir, id, online, &scratch)
+		nr := reads[i]
+		if !nr.done {
+			var gone bool
+			nr.node, nr.links, gone, err = readNode(r, d, cpuDir, id, online, &scratch)
+			if gone {
+				continue // the node went away under us
+			}
 			if err != nil {
-				if isNotExist(err) {
-					continue // the node went away under us
-				}
 				return nil, nil, err
 			}
-			links = append(links, nodeLinks...)
 		}
-
-		if err := readNodeMemory(r, d, &n); err != nil {
-			return nil, nil, err
-		}
-
-		p := r.at("node", id, "/distance")
-		if b, ok, err := r.readFile(d, p); err != nil {
-			return nil, nil, err
-		} else if ok {
-			if n.Distances, err = parseDistances(b); err != nil {
-				return nil, nil, fmt.Errorf("parse %s: %w", d.join(p), err)
-			}
-		}
-		nodes = append(nodes, n)
+		nodes = append(nodes, nr.node)
+		links = append(links, nr.links...)
 	}
 	slices.SortFunc(links, func(a, b blockLink) int { return a.block - b.block })
 	return nodes, links, nil
 }
 
-// readNodeDir scans nodeN (nodes is devices/system/node) for its CPU and
-// memory block links, and reads the topology ids of its online CPUs from
-// cpuDir (devices/system/cpu). It returns the CPUs sorted by id (nil when
-// none is online) and the links in the order of the scan. scratch, when
-// not nil, holds the CPU ids between calls.
+// readNode reads node id (nodes is devices/system/node): it scans nodeN
+// for its CPU and memory block links, reads the topology ids of its online
+// CPUs from cpuDir (devices/system/cpu), its memory and its distances. It
+// returns the node, with its CPUs sorted by id (nil when none is online),
+// and the links in the order of the scan; gone says that the node
+// directory went away. scratch, when not nil, holds the CPU ids between
+// calls.
+func readNode(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) (n Node, links []blockLink, gone bool, err error) {
+	n.ID = id
+	if n.CPUs, links, err = readNodeDir(r, nodes, cpuDir, id, online, scratch); err != nil {
+		return Node{}, nil, isNotExist(err), err
+	}
+	if err := readNodeMemory(r, nodes, &n); err != nil {
+		return Node{}, nil, false, err
+	}
+	p := r.at("node", id, "/distance")
+	if b, ok, err := r.readFile(nodes, p); err != nil {
+		return Node{}, nil, false, err
+	} else if ok {
+		if n.Distances, err = parseDistances(b); err != nil {
+			return Node{}, nil, false, fmt.Errorf("parse %s: %w", nodes.join(p), err)
+		}
+	}
+	return n, links, false, nil
+}
+
+// readNodeDir scans nodeN for its CPU and memory block links, and reads the
+// topology ids of its online CPUs, for readNode.
 func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) ([]CPU, []blockLink, error) {
 	var ids []int
 	if scratch != nil {
