@@ -247,7 +247,7 @@ func (r *reader) readAttr(d dir, id int, attr uint8) (b []byte, ok bool, err err
 		if atomic.LoadUint32(&f.gen) != t.gen {
 			atomic.StoreUint32(&f.gen, t.gen)
 		}
-		if b, fresh := r.pread(*f); fresh {
+		if b, fresh := r.pread(f); fresh {
 			return b, true, nil
 		}
 		if r.shared {
@@ -294,7 +294,7 @@ func (r *reader) readFile(d dir, path []byte) (b []byte, ok bool, err error) {
 		if atomic.LoadUint32(&f.gen) != t.gen { // as in readAttr
 			atomic.StoreUint32(&f.gen, t.gen)
 		}
-		if b, fresh := r.pread(*f); fresh {
+		if b, fresh := r.pread(f); fresh {
 			return b, true, nil
 		}
 		if r.shared {
@@ -349,7 +349,7 @@ func (r *reader) openAttr(d dir, path, watch []byte, ref fileRef) (f attrFile, b
 	fd, err := openZ(d.fd, &pz[0], unix.O_RDONLY)
 	if err == nil && !full {
 		f.fd = int32(fd)
-		if b, fresh := r.pread(f); fresh {
+		if b, fresh := r.pread(&f); fresh {
 			return f, b, true, nil
 		}
 	}
@@ -368,8 +368,9 @@ func (r *reader) openAttr(d dir, path, watch []byte, ref fileRef) (f attrFile, b
 // pread reads the whole file open as f from offset 0 into the scratch
 // buffer. fresh is false when the file went away, the read failed or the
 // content filled the buffer: the caller then reads by path, which reports
-// errors and grows the buffer up to the cap.
-func (r *reader) pread(f attrFile) (b []byte, fresh bool) {
+// errors and grows the buffer up to the cap. It reads only f's fd and
+// check, which no one changes while workers read (gen may change).
+func (r *reader) pread(f *attrFile) (b []byte, fresh bool) {
 	if f.check {
 		var st unix.Stat_t
 		if unix.Fstat(int(f.fd), &st) != nil || st.Nlink == 0 {
