@@ -330,6 +330,16 @@ func (h *harness) next() Change {
 	return Change{}
 }
 
+// nextIdle waits for the next change and for the loop to end the turn
+// that published it: the loop marks the end of its rebuild on the clock
+// after publishing, and a step of the fake clock must come after that.
+func (h *harness) nextIdle() Change {
+	h.t.Helper()
+	c := h.next()
+	h.alive()
+	return c
+}
+
 // none asserts that no change arrives while a resync, which runs after
 // everything queued before it, completes.
 func (h *harness) none() {
@@ -457,11 +467,11 @@ func TestSingleEventsAreEachALeadingEdge(t *testing.T) {
 		h.src.inject("cpu", uevent.ActionOnline, seq)
 	}
 	gain(topology.CPUSet{0, 1, 2}, 1)
-	h.next()
+	h.nextIdle()
 	h.clock.Step(5 * time.Millisecond)
 	gain(topology.CPUSet{0, 1, 2, 3}, 2)
 	exactly(t, "the wait of a second single event 5ms later", h.flush(), 0)
-	if c := h.next(); c.Events != 1 || c.Capacity[resources.CPU] != 4000 {
+	if c := h.nextIdle(); c.Events != 1 || c.Capacity[resources.CPU] != 4000 {
 		t.Errorf("change of %d events, cpu %d; want the event alone, 4 CPUs", c.Events, c.Capacity[resources.CPU])
 	}
 	// The next one follows within 5ms: a burst begins, held for the quiet
@@ -475,18 +485,18 @@ func TestSingleEventsAreEachALeadingEdge(t *testing.T) {
 		h.settle()
 	}
 	exactly(t, "the burst's quiet window", h.fire(), 20*time.Millisecond)
-	if c := h.next(); c.Events != 3 || c.Capacity[resources.CPU] != 6000 {
+	if c := h.nextIdle(); c.Events != 3 || c.Capacity[resources.CPU] != 6000 {
 		t.Errorf("change of %d events, cpu %d; want the burst's 3, 6 CPUs", c.Events, c.Capacity[resources.CPU])
 	}
 	// A quiet window later, single events are leading edges again.
 	h.clock.Step(20 * time.Millisecond)
 	gain(topology.CPUSet{0, 1, 2, 3, 4, 5, 6}, 6)
 	exactly(t, "the wait of a single event after the burst", h.flush(), 0)
-	h.next()
+	h.nextIdle()
 	h.clock.Step(5 * time.Millisecond)
 	gain(topology.CPUSet{0, 1, 2, 3, 4, 5, 6, 7}, 7)
 	exactly(t, "the wait of the next single event", h.flush(), 0)
-	h.next()
+	h.nextIdle()
 }
 
 // A loss in the middle of a burst is not held: it is rebuilt at once, with

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +42,9 @@ const maxCachedFiles = 10240
 //
 // The cache belongs to the FS it was made for and its copies; one rebuild
 // at a time uses it (a concurrent one reads uncached), and the files are
-// closed once no copy of the FS is reachable.
+// closed once no copy of the FS is reachable. The rebuild that holds it may
+// lend it to its workers (see reader.parallel): while they run, they only
+// look files up and read them, and no one changes the maps.
 type attrCache struct {
 	mu sync.Mutex // held by the one rebuild that uses t
 	t  *attrFiles
@@ -55,9 +58,9 @@ type attrFiles struct {
 	// need no fstat to tell that they went away.
 	sysfs, procfs string
 
-	attrs map[attrKey]attrFile // by block or CPU id
-	named map[string]*attrFile // by path
-	gen   uint32               // the current rebuild's generation
+	attrs map[attrKey]*attrFile // by block or CPU id
+	named map[string]*attrFile  // by path
+	gen   uint32                // the current rebuild's generation
 
 	// watched are the open files by the watch on their directory.
 	watched map[int32][]fileRef
@@ -89,7 +92,7 @@ type attrFile struct {
 
 // newAttrCache makes the cache for an FS rooted at sys and proc.
 func newAttrCache(sys, proc string) *attrCache {
-	t := &attrFiles{attrs: map[attrKey]attrFile{}, named: map[string]*attrFile{}, watched: map[int32][]fileRef{}}
+	t := &attrFiles{attrs: map[attrKey]*attrFile{}, named: map[string]*attrFile{}, watched: map[int32][]fileRef{}}
 	var st unix.Statfs_t
 	if unix.Statfs(sys, &st) == nil && st.Type == unix.SYSFS_MAGIC {
 		t.sysfs = strings.TrimSuffix(sys, "/") + "/"
@@ -158,7 +161,7 @@ func (t *attrFiles) endScan() {
 	}
 	for k, f := range t.attrs {
 		if f.gen != t.gen {
-			t.drop(f, fileRef{attr: k})
+			t.drop(*f, fileRef{attr: k})
 			delete(t.attrs, k)
 		}
 	}
@@ -227,6 +230,11 @@ func (t *attrFiles) checked(p []byte) bool {
 // attrPaths names it from) through r's open files, or plainly without
 // them. ok is false when the file does not exist. The result is valid
 // until the next read.
+//
+// A worker of a parallel rebuild (r.shared) only reads files that are
+// open already, and leaves the cache's maps as they are; for any other it
+// returns errRedo, and the rebuild's owner reads that object again after
+// the workers are done.
 func (r *reader) readAttr(d dir, id int, attr uint8) (b []byte, ok bool, err error) {
 	t := r.files
 	if t == nil {
@@ -234,15 +242,21 @@ func (r *reader) readAttr(d dir, id int, attr uint8) (b []byte, ok bool, err err
 	}
 	k := keyOf(id, attr)
 	if f, cached := t.attrs[k]; cached {
-		if f.gen != t.gen {
-			f.gen = t.gen
-			t.attrs[k] = f
+		// Atomic: workers of a parallel rebuild may share a file (a
+		// CPU that two node directories link).
+		if atomic.LoadUint32(&f.gen) != t.gen {
+			atomic.StoreUint32(&f.gen, t.gen)
 		}
 		if b, fresh := r.pread(f); fresh {
 			return b, true, nil
 		}
-		t.drop(f, fileRef{attr: k})
+		if r.shared {
+			return nil, false, errRedo
+		}
+		t.drop(*f, fileRef{attr: k})
 		delete(t.attrs, k)
+	} else if r.shared {
+		return nil, false, errRedo
 	}
 	// Not open yet, or gone stale: open by path, and keep it open.
 	p := r.at(attrPaths[attr][0], id, attrPaths[attr][1])
@@ -252,7 +266,7 @@ func (r *reader) readAttr(d dir, id int, attr uint8) (b []byte, ok bool, err err
 	}
 	f, b, ok, err := r.openAttr(d, p, watch, fileRef{attr: k})
 	if ok && f.fd >= 0 {
-		t.attrs[k] = f
+		t.attrs[k] = &f
 	}
 	return b, ok, err
 }
@@ -269,7 +283,7 @@ func (r *reader) keyOf(d dir, path []byte) []byte {
 }
 
 // readFile reads the file at path, relative to d, as readOptional does,
-// through r's open files.
+// through r's open files; a worker (r.shared) as readAttr says.
 func (r *reader) readFile(d dir, path []byte) (b []byte, ok bool, err error) {
 	t := r.files
 	if t == nil {
@@ -277,12 +291,19 @@ func (r *reader) readFile(d dir, path []byte) (b []byte, ok bool, err error) {
 	}
 	key := r.keyOf(d, path)
 	if f, cached := t.named[string(key)]; cached {
-		f.gen = t.gen
-		if b, fresh := r.pread(*f); fresh {
+		if atomic.LoadUint32(&f.gen) != t.gen { // as in readAttr
+			atomic.StoreUint32(&f.gen, t.gen)
+		}
+		if b, fresh := r.pread(f); fresh {
 			return b, true, nil
+		}
+		if r.shared {
+			return nil, false, errRedo
 		}
 		t.drop(*f, fileRef{name: string(key)})
 		delete(t.named, string(key))
+	} else if r.shared {
+		return nil, false, errRedo
 	}
 	var watch []byte
 	if t.checked(key) {
@@ -328,7 +349,7 @@ func (r *reader) openAttr(d dir, path, watch []byte, ref fileRef) (f attrFile, b
 	fd, err := openZ(d.fd, &pz[0], unix.O_RDONLY)
 	if err == nil && !full {
 		f.fd = int32(fd)
-		if b, fresh := r.pread(f); fresh {
+		if b, fresh := r.pread(&f); fresh {
 			return f, b, true, nil
 		}
 	}
@@ -347,8 +368,9 @@ func (r *reader) openAttr(d dir, path, watch []byte, ref fileRef) (f attrFile, b
 // pread reads the whole file open as f from offset 0 into the scratch
 // buffer. fresh is false when the file went away, the read failed or the
 // content filled the buffer: the caller then reads by path, which reports
-// errors and grows the buffer up to the cap.
-func (r *reader) pread(f attrFile) (b []byte, fresh bool) {
+// errors and grows the buffer up to the cap. It reads only f's fd and
+// check, which no one changes while workers read (gen may change).
+func (r *reader) pread(f *attrFile) (b []byte, fresh bool) {
 	if f.check {
 		var st unix.Stat_t
 		if unix.Fstat(int(f.fd), &st) != nil || st.Nlink == 0 {

@@ -3,6 +3,8 @@
 package topology
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -110,5 +112,45 @@ func checkFiles(t *testing.T, fsys FS, watched bool) {
 	}
 	if n > 0 {
 		t.Errorf("%d of %d open files are not %s", n, f.len(), map[bool]string{true: "watched", false: "checked with fstat"}[watched])
+	}
+}
+
+// TestParallelRebuildSharesAFile reads, in parallel, a tree in which two
+// node directories link the same CPU, so that two workers read its open
+// topology files at once. Every rebuild through the open files must equal
+// a fresh FS's, which reads in order (and, under -race, must not race).
+func TestParallelRebuildSharesAFile(t *testing.T) {
+	saved := parallelism
+	t.Cleanup(func() { parallelism = saved })
+	parallelism.workers, parallelism.minBlocks, parallelism.blockChunk, parallelism.minCPUs = 4, 1, 2, 1
+
+	tree := propertyMachine(false).WriteTree(t, topologytest.Dir(t))
+	// node2 has no CPUs of its own; make it link cpu0 too.
+	if err := os.Symlink("../../cpu/cpu0", filepath.Join(tree.Sys, "devices/system/node/node2/cpu0")); err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		got, err := fsys.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := NewFS(tree.Sys, tree.Proc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fresh.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Nodes) != 3 || len(want.Nodes[2].CPUs) != 1 || want.Nodes[2].CPUs[0].ID != 0 {
+			t.Fatalf("node2 holds %+v, want cpu0", want.Nodes)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("rebuild %d through the open files differs from a fresh one: %v", i, Diff(want, got))
+		}
 	}
 }

@@ -2,7 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"slices"
 )
 
 // CPUs are the machine's logical CPUs as the kernel lists them in
@@ -30,27 +29,6 @@ type CPU struct {
 	ID       int `json:"id"`
 	CoreID   int `json:"coreId"`   // topology/core_id
 	SocketID int `json:"socketId"` // topology/physical_package_id
-}
-
-// readCPUs reads the CPU lists and the cpuN directories. cpu/online is
-// required; the other lists are optional.
-func (fs FS) readCPUs(r *reader) (CPUs, error) {
-	c, err := fs.readCPULists(r)
-	if err != nil {
-		return CPUs{}, err
-	}
-	var devices CPUSet
-	err = r.scan(r.at(fs.cpuDir, -1, ""), func(name []byte) {
-		if id, ok := numberedName(name, "cpu"); ok && id <= MaxCPUID {
-			devices = append(devices, id)
-		}
-	})
-	if err != nil {
-		return CPUs{}, err
-	}
-	slices.Sort(devices)
-	c.Devices = devices
-	return c, nil
 }
 
 // readCPULists reads cpu/online, offline, present and possible; Devices

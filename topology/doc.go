@@ -15,8 +15,10 @@
 // An [FS] is rooted at a sysfs and a procfs mount point, so the same code
 // reads /sys and /proc on a node and synthetic trees in tests. Reads skip
 // stat (sysfs reports a size of 4096 for every attribute), cap what they
-// read, and use one scratch buffer per rebuild, so that a rebuild of a
-// 1024-CPU machine with thousands of memory blocks stays cheap.
+// read, reuse their scratch buffers, and keep the files open between
+// rebuilds; a large machine's blocks and nodes are read on a few
+// goroutines, so that a rebuild of a 1024-CPU machine with thousands of
+// memory blocks stays cheap.
 //
 // Objects that vanish while a rebuild runs (a CPU or memory block unplugged
 // between the directory scan and the read of its attributes) are treated as

@@ -2,7 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"slices"
 )
 
 // Memory block states as the kernel writes them in memoryN/state.
@@ -33,12 +32,13 @@ type MemoryBlock struct {
 	Node int `json:"node"`
 }
 
-// readMemory reads the memory block size and every memoryN block. No
-// memory directory (no memory hotplug support) is not an error: no blocks.
+// readMemory reads the memory block size and every memoryN block that
+// scan (of the memory directory) finds. No memory directory (no memory
+// hotplug support) is not an error: no blocks.
 // links are the block-to-node links from the node directories, sorted by
 // block; haveNodes says whether node directories exist (without them the
 // kernel makes no links at all, so none are looked for).
-func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, []MemoryBlock, error) {
+func (fs FS) readMemory(r *reader, scan *idScan, links []blockLink, haveNodes bool) (uint64, []MemoryBlock, error) {
 	d, err := openDir(fs.memDir)
 	if err != nil {
 		if isNotExist(err) {
@@ -60,26 +60,35 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 		blockSize = v
 	}
 
-	var ids []int
-	err = r.scanIn(d, r.at(".", -1, ""), func(name []byte) {
-		if id, ok := numberedName(name, "memory"); ok {
-			ids = append(ids, id)
-		}
-	})
+	ids, err := scan.wait()
 	if err != nil {
 		return 0, nil, err
 	}
-	slices.Sort(ids)
 
-	blocks := make([]MemoryBlock, 0, len(ids))
+	// The blocks' files are read in parallel on a large machine; what a
+	// worker could not read is read again here, in order.
+	blocks := make([]MemoryBlock, len(ids))
+	done := make([]bool, len(ids))
+	if len(ids) >= parallelism.minBlocks {
+		r.parallel(len(ids), parallelism.blockChunk, func(w *reader, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				blk, ok, err := readBlock(w, d, ids[i])
+				blocks[i], done[i] = blk, ok && err == nil
+			}
+		})
+	}
+	n := 0
 	li := 0
-	for _, id := range ids {
-		blk, ok, err := readBlock(r, d, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		if !ok {
-			continue // the block was removed under us
+	for i, id := range ids {
+		blk := blocks[i]
+		if !done[i] {
+			var ok bool
+			if blk, ok, err = readBlock(r, d, id); err != nil {
+				return 0, nil, err
+			}
+			if !ok {
+				continue // the block was removed under us
+			}
 		}
 
 		for li < len(links) && links[li].block < id {
@@ -93,9 +102,10 @@ func (fs FS) readMemory(r *reader, links []blockLink, haveNodes bool) (uint64, [
 				return 0, nil, err
 			}
 		}
-		blocks = append(blocks, blk)
+		blocks[n] = blk
+		n++
 	}
-	return blockSize, blocks, nil
+	return blockSize, blocks[:n], nil
 }
 
 // readBlock reads the state and zone of block id (mem is

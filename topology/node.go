@@ -57,65 +57,119 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	}
 	slices.Sort(ids)
 
-	nodes := make([]Node, 0, len(ids))
-	var links []blockLink
-	var cpus []int // scratch, reused for every node
-	for _, id := range ids {
-		cpus = cpus[:0]
-		err := r.scanIn(d, r.at("node", id, ""), func(name []byte) {
-			if c, ok := numberedName(name, "cpu"); ok {
-				cpus = append(cpus, c)
-			} else if b, ok := numberedName(name, "memory"); ok {
-				links = append(links, blockLink{block: b, node: id})
+	// The nodes are read in parallel on a large machine; what a worker
+	// could not read is read again here, in order.
+	type nodeRead struct {
+		node  Node
+		links []blockLink
+		done  bool
+	}
+	reads := make([]nodeRead, len(ids))
+	if online.Len() >= parallelism.minCPUs {
+		r.parallel(len(ids), 1, func(w *reader, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				n, links, _, err := readNode(w, d, cpuDir, ids[i], online, nil)
+				reads[i] = nodeRead{n, links, err == nil}
 			}
 		})
-		if err != nil {
-			if isNotExist(err) {
+	}
+	nodes := make([]Node, 0, len(ids))
+	total := 0
+	for _, nr := range reads {
+		total += len(nr.links)
+	}
+	links := make([]blockLink, 0, total)
+	var scratch []int // reused for every node
+	for i, id := range ids {
+		nr := reads[i]
+		if !nr.done {
+			var gone bool
+			nr.node, nr.links, gone, err = readNode(r, d, cpuDir, id, online, &scratch)
+			if gone {
 				continue // the node went away under us
 			}
-			return nil, nil, err
-		}
-		n := Node{ID: id}
-
-		slices.Sort(cpus)
-		count := 0
-		for _, c := range cpus {
-			if online.Contains(c) {
-				count++
-			}
-		}
-		if count > 0 {
-			n.CPUs = make([]CPU, 0, count)
-		}
-		for _, c := range cpus {
-			if !online.Contains(c) {
-				continue
-			}
-			cpu, ok, err := readCPU(r, cpuDir, c)
 			if err != nil {
 				return nil, nil, err
 			}
-			if ok {
-				n.CPUs = append(n.CPUs, cpu)
-			}
 		}
-
-		if err := readNodeMemory(r, d, &n); err != nil {
-			return nil, nil, err
-		}
-
-		p := r.at("node", id, "/distance")
-		if b, ok, err := r.readFile(d, p); err != nil {
-			return nil, nil, err
-		} else if ok {
-			if n.Distances, err = parseDistances(b); err != nil {
-				return nil, nil, fmt.Errorf("parse %s: %w", d.join(p), err)
-			}
-		}
-		nodes = append(nodes, n)
+		nodes = append(nodes, nr.node)
+		links = append(links, nr.links...)
 	}
 	slices.SortFunc(links, func(a, b blockLink) int { return a.block - b.block })
 	return nodes, links, nil
+}
+
+// readNode reads node id (nodes is devices/system/node): it scans nodeN
+// for its CPU and memory block links, reads the topology ids of its online
+// CPUs from cpuDir (devices/system/cpu), its memory and its distances. It
+// returns the node, with its CPUs sorted by id (nil when none is online),
+// and the links in the order of the scan; gone says that the node
+// directory went away. scratch, when not nil, holds the CPU ids between
+// calls.
+func readNode(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) (n Node, links []blockLink, gone bool, err error) {
+	n.ID = id
+	if n.CPUs, links, err = readNodeDir(r, nodes, cpuDir, id, online, scratch); err != nil {
+		return Node{}, nil, isNotExist(err), err
+	}
+	if err := readNodeMemory(r, nodes, &n); err != nil {
+		return Node{}, nil, false, err
+	}
+	p := r.at("node", id, "/distance")
+	if b, ok, err := r.readFile(nodes, p); err != nil {
+		return Node{}, nil, false, err
+	} else if ok {
+		if n.Distances, err = parseDistances(b); err != nil {
+			return Node{}, nil, false, fmt.Errorf("parse %s: %w", nodes.join(p), err)
+		}
+	}
+	return n, links, false, nil
+}
+
+// readNodeDir scans nodeN for its CPU and memory block links, and reads the
+// topology ids of its online CPUs, for readNode.
+func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) ([]CPU, []blockLink, error) {
+	var ids []int
+	if scratch != nil {
+		ids = (*scratch)[:0]
+	}
+	var links []blockLink
+	err := r.scanIn(nodes, r.at("node", id, ""), func(name []byte) {
+		if c, ok := numberedName(name, "cpu"); ok {
+			ids = append(ids, c)
+		} else if b, ok := numberedName(name, "memory"); ok {
+			links = append(links, blockLink{block: b, node: id})
+		}
+	})
+	if scratch != nil {
+		*scratch = ids
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(ids)
+	count := 0
+	for _, c := range ids {
+		if online.Contains(c) {
+			count++
+		}
+	}
+	var cpus []CPU
+	if count > 0 {
+		cpus = make([]CPU, 0, count)
+	}
+	for _, c := range ids {
+		if !online.Contains(c) {
+			continue
+		}
+		cpu, ok, err := readCPU(r, cpuDir, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus, links, nil
 }
 
 // readNodeMemory reads n's MemTotal from nodeN/meminfo and its hugepage

@@ -25,6 +25,9 @@ type reader struct {
 	// files are the files kept open between rebuilds, while
 	// this reader's rebuild holds them; nil: read every file by path.
 	files *attrFiles
+	// shared marks a worker of a parallel rebuild: it reads files only
+	// when they are open already (see readAttr and parallel).
+	shared bool
 }
 
 // The attributes read through attrFiles, and their paths (prefix+id+suffix)
@@ -80,6 +83,7 @@ func getReader() *reader { return readerPool.Get().(*reader) }
 
 func putReader(r *reader) {
 	r.files = nil
+	r.shared = false
 	readerPool.Put(r)
 }
 

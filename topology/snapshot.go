@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"math"
 )
 
 // Snapshot is the machine model at one moment. A Snapshot is never
@@ -46,7 +47,11 @@ type Snapshot struct {
 // The rebuild reads only what the model holds: the four CPU lists and one
 // directory scan under cpu/, per node one scan plus meminfo, distance and
 // the hugepage pools, per online CPU core_id and physical_package_id, per
-// memory block state and valid_zones, and /proc/meminfo.
+// memory block state and valid_zones, and /proc/meminfo. On a large
+// machine it reads the memory blocks and the node directories on a few
+// goroutines (at most 8, and GOMAXPROCS), and lists the cpu and memory
+// directories while it reads the rest; the result is the same as reading
+// everything in order.
 func (fs FS) Snapshot() (*Snapshot, error) {
 	return fs.snapshot(nil)
 }
@@ -70,18 +75,31 @@ func (fs FS) snapshot(prev *Snapshot) (*Snapshot, error) {
 	defer putReader(r)
 	defer r.useFiles(fs.cache)()
 
+	// The two large directories are listed while the rest is read.
+	devices := startScan(fs.cpuDir, "cpu", MaxCPUID)
+	defer devices.wait()
+	var blocks *idScan
+	if prev == nil {
+		blocks = startScan(fs.memDir, "memory", math.MaxInt)
+		defer blocks.wait()
+	}
+
 	s := &Snapshot{}
 	var err error
-	if s.CPUs, err = fs.readCPUs(r); err != nil {
+	if s.CPUs, err = fs.readCPULists(r); err != nil {
 		return nil, err
 	}
 	var links []blockLink
 	if s.Nodes, links, err = fs.readNodes(r, s.CPUs.Online); err != nil {
 		return nil, err
 	}
+	// Devices are the ids with a cpuN directory.
+	if s.CPUs.Devices, err = devices.wait(); err != nil {
+		return nil, err
+	}
 	if prev != nil {
 		s.MemoryBlockSize, s.MemoryBlocks = prev.MemoryBlockSize, prev.MemoryBlocks
-	} else if s.MemoryBlockSize, s.MemoryBlocks, err = fs.readMemory(r, links, len(s.Nodes) > 0); err != nil {
+	} else if s.MemoryBlockSize, s.MemoryBlocks, err = fs.readMemory(r, blocks, links, len(s.Nodes) > 0); err != nil {
 		return nil, err
 	}
 	if err := fs.readTotals(r, s); err != nil {

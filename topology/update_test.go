@@ -270,6 +270,13 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 	if testing.Short() {
 		steps = 20
 	}
+	// The long-lived FS's full rebuilds read in parallel however small
+	// the tree, in small chunks on more goroutines than blocks or nodes
+	// are split into; the fresh FS's reference, which opens every file,
+	// reads them in order.
+	saved := parallelism
+	t.Cleanup(func() { parallelism = saved })
+	parallelism.workers, parallelism.minBlocks, parallelism.blockChunk, parallelism.minCPUs = 4, 1, 3, 1
 	for _, mc := range machines {
 		for seed := range mc.seeds {
 			t.Run(fmt.Sprintf("%s/seed%d", mc.name, seed), func(t *testing.T) {
