@@ -41,6 +41,13 @@ type LimitsReader interface {
 	Current() (decide.CgroupLimits, error)
 }
 
+// WriteTimer is an Enforcer that tells when its last Apply wrote its last
+// file (*cgroup.Enforcer is one): a clamp's latency ends there, not after
+// the read-backs and the files that needed no write.
+type WriteTimer interface {
+	LastWrite() time.Time
+}
+
 // Evictor brings the node's pods within an allocatable. Start must not
 // block; progress comes back through Agent.ReportEviction.
 type Evictor interface {
@@ -562,6 +569,11 @@ func (a *Agent) enforce(ctx context.Context, act decide.Action, p passInput) {
 	}
 	if act.Kind() == decide.KindClampCgroups && !p.since.IsZero() {
 		lat := a.clock.Since(p.since)
+		if wt, ok := a.cfg.Enforcer.(WriteTimer); ok {
+			if at := wt.LastWrite(); at.After(p.since) {
+				lat = at.Sub(p.since)
+			}
+		}
 		a.m.ClampLatency.Observe(lat.Seconds())
 		a.log.Info("kubepods clamped", "latency", lat)
 	}

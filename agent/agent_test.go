@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"math"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -8,6 +10,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/node-resized/node-resized/metrics"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -411,4 +418,56 @@ func TestDecisionsTakeTheInjectedClock(t *testing.T) {
 	if !st.LastDecision.Equal(at) || !st.Condition.LastTransitionTime.Equal(at) {
 		t.Fatalf("decision at %v, condition since %v; want the fake clock's %v", st.LastDecision, st.Condition.LastTransitionTime, at)
 	}
+}
+
+// timedEnforcer wrote its last file at written, and then took until the
+// clock moved on to return.
+type timedEnforcer struct {
+	clock   *clocktesting.FakeClock
+	written time.Time
+}
+
+func (e timedEnforcer) Apply(context.Context, decide.Action, *topology.Snapshot) error {
+	e.clock.Step(40 * time.Millisecond) // the read-backs and the files that needed no write
+	return nil
+}
+
+func (e timedEnforcer) LastWrite() time.Time { return e.written }
+
+// TestClampLatencyEndsAtTheWrite: a clamp's latency runs from the first
+// uevent of the loss to the enforcer's last write, not to Apply's return.
+func TestClampLatencyEndsAtTheWrite(t *testing.T) {
+	at := time.Date(2031, 5, 4, 3, 2, 1, 0, time.UTC)
+	fake := clocktesting.NewFakeClock(at)
+	m := metrics.New()
+	enf := timedEnforcer{clock: fake, written: at.Add(3 * time.Millisecond)}
+	a := New(Config{Clock: fake, Metrics: m, Enforcer: enf}, &fakeRelay{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Run(ctx)
+	a.OnNode(decide.NodeView{})
+	m4 := machine(4)
+	a.OnChange(monitor.Change{Time: at, Capacity: m4.Capacity()}, m4)
+	waitUntil(t, func() bool { return a.Status().Decisions > 0 })
+
+	// The loss's first uevent came 1 ms before the model (at).
+	m2 := machine(2)
+	a.OnChange(monitor.Change{Time: at, LatencySeconds: 0.001, Capacity: m2.Capacity()}, m2)
+	h := m.ClampLatency
+	waitUntil(t, func() bool { return histogramCount(h) == 1 })
+	if got, want := histogramSum(h), 0.004; math.Abs(got-want) > 1e-9 {
+		t.Errorf("clamp latency %vs, want %vs: from the uevent to the enforcer's last write", got, want)
+	}
+}
+
+func histogramCount(h prometheus.Histogram) uint64 {
+	var m dto.Metric
+	_ = h.Write(&m)
+	return m.GetHistogram().GetSampleCount()
+}
+
+func histogramSum(h prometheus.Histogram) float64 {
+	var m dto.Metric
+	_ = h.Write(&m)
+	return m.GetHistogram().GetSampleSum()
 }

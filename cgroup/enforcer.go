@@ -260,11 +260,16 @@ func (e *Enforcer) apply(ctx context.Context, kind decide.ActionKind, gen int64,
 	}
 
 	ch.OOMKillsBefore = e.oomKills()
-	ops, errs := e.limitOps(lim)
+	// The limits first, each read just before its write: memory.max,
+	// what protects the node on a loss, is written before anything else
+	// is read. The cpusets are planned together, from all three lists.
+	w := writes{files: make([]FileChange, 0, 8)}
+	e.write(ctx, &w, e.limitOps(lim))
 	cpuOps, cpuErrs := e.cpusetOps(snap)
-	ops, errs = append(ops, cpuOps...), append(errs, cpuErrs...)
-	var written int
-	ch.Files, written, errs = e.write(ctx, ops, errs)
+	w.errs = append(w.errs, cpuErrs...)
+	e.write(ctx, &w, cpuOps)
+	ch.Files, ch.WrittenAt = w.files, w.last
+	written, errs := w.n, w.errs
 	ch.OOMKillsAfter = e.oomKills()
 	elapsed := e.now().Sub(start)
 	ch.DurationSeconds = elapsed.Seconds()
@@ -296,26 +301,37 @@ func (e *Enforcer) skipReason() string {
 	return ""
 }
 
-// write carries out the ops that need a write, reads every file back, and
-// returns what each file went through, how many were written, and errs
-// with the failures added.
-func (e *Enforcer) write(ctx context.Context, ops []*op, errs []error) ([]FileChange, int, []error) {
-	files := make([]FileChange, 0, len(ops))
-	written := 0
+// writes collects what the writes of one apply went through.
+type writes struct {
+	files []FileChange
+	n     int       // files written
+	last  time.Time // when the last write was read back
+	errs  []error
+}
+
+// write carries out the ops that need a write (reading an unread one's
+// file first), reads every write back, and adds what each file went
+// through to w.
+func (e *Enforcer) write(ctx context.Context, w *writes, ops []*op) {
 	for _, o := range ops {
+		if o.unread {
+			if err := readBefore(o); err != nil {
+				w.errs = append(w.errs, err)
+			}
+		}
 		fc := FileChange{Path: o.path(), Before: o.before, Want: o.want, After: o.before, Note: o.note}
 		if o.write {
 			var err error
 			if fc, err = e.writeOne(ctx, o, fc); err != nil {
-				errs = append(errs, err)
+				w.errs = append(w.errs, err)
 			}
 			if fc.Written {
-				written++
+				w.n++
+				w.last = e.now()
 			}
 		}
-		files = append(files, fc)
+		w.files = append(w.files, fc)
 	}
-	return files, written, errs
 }
 
 // writeOne writes one op and reads it back.
@@ -430,6 +446,17 @@ func (e *Enforcer) record(ch Change) {
 			e.history = append(e.history[:0:0], e.history[n:]...)
 		}
 	}
+}
+
+// LastWrite returns when the last Apply, Reapply or Restore wrote its last
+// file (zero when it wrote none): the moment a clamp took hold.
+func (e *Enforcer) LastWrite() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.status == nil {
+		return time.Time{}
+	}
+	return e.status.WrittenAt
 }
 
 // Status returns what the Enforcer works on and what it last did. Found is

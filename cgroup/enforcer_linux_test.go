@@ -516,12 +516,45 @@ func TestCancelledContextWritesNothing(t *testing.T) {
 func TestApplyDuration(t *testing.T) {
 	tr := newTree(t, DriverCgroupfs, "/")
 	clock := epoch
-	e, _, _ := newTestEnforcer(t, tr, nil, func(o *Options) {
+	e, rec, _ := newTestEnforcer(t, tr, nil, func(o *Options) {
 		o.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
 	})
 	_ = e.Apply(context.Background(), clamp(1, 3, 6*gib), online(0, 1, 2))
-	if got := e.Status().Last.DurationSeconds; got != 0.001 {
-		t.Errorf("duration %v, want 1ms from the first read to the last read-back", got)
+	writes := len(rec.take())
+	last := e.Status().Last
+	// One tick at the start, one after each write, one at the end.
+	if want := float64(writes+1) / 1000; last.DurationSeconds != want {
+		t.Errorf("duration %v, want %v from the first read to the last read-back (%d writes)", last.DurationSeconds, want, writes)
+	}
+	if want := last.Time.Add(time.Duration(writes) * time.Millisecond); !last.WrittenAt.Equal(want) || !e.LastWrite().Equal(want) {
+		t.Errorf("written at %v (LastWrite %v), want %v: the last of %d writes", last.WrittenAt, e.LastWrite(), want, writes)
+	}
+}
+
+// TestMemoryMaxWrittenBeforeTheOthersAreRead: on a clamp memory.max is
+// written before any other limit file is even read, so that protection
+// does not wait for them. A pids.max that changes while memory.max is
+// written is seen as it is after the write.
+func TestMemoryMaxWrittenBeforeTheOthersAreRead(t *testing.T) {
+	tr := newTree(t, DriverCgroupfs, "/")
+	e, rec, _ := newTestEnforcer(t, tr, nil)
+	lim := limitsFor(3, 6*gib)
+	pids := filepath.Join(tr.paths.Kubepods.Dir, "pids.max")
+	if err := os.WriteFile(pids, []byte(strconv.FormatInt(lim.PidsMax, 10)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec.hook = func(o *op) error {
+		if o.file == "memory.max" {
+			return os.WriteFile(pids, []byte("max\n"), 0o644)
+		}
+		return nil
+	}
+	if err := e.Apply(context.Background(), decide.ClampCgroups{Generation: 1, Limits: lim}, online(0, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.take()
+	if len(calls) < 2 || calls[0] != "kubepods/memory.max" || calls[1] != "kubepods/pids.max" {
+		t.Errorf("writes %v, want kubepods/memory.max, then kubepods/pids.max (read after memory.max was written)", calls)
 	}
 }
 

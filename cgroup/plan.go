@@ -38,7 +38,11 @@ type op struct {
 	want, before string
 	// write is true when the file does not hold want.
 	write bool
-	note  string
+	// unread: before is read (and write decided) only just before the
+	// write, so that the first limit is written without waiting for the
+	// others to be read; required makes a missing file an error.
+	unread, required bool
+	note             string
 }
 
 func (o *op) path() string { return filepath.Join(o.g.Dir, o.file) }
@@ -71,26 +75,14 @@ const (
 
 // limitOps plans the kubepods limits of one action, in the order they are
 // written: memory.max first (on a clamp it is what protects the node), then
-// pids.max, the hugetlb limits by page size, cpu.weight.
-func (e *Enforcer) limitOps(lim decide.CgroupLimits) ([]*op, []error) {
+// pids.max, the hugetlb limits by page size, cpu.weight. Each file is read
+// only just before it is written (see readBefore), so that memory.max is
+// written after two reads, not after every file's.
+func (e *Enforcer) limitOps(lim decide.CgroupLimits) []*op {
 	var ops []*op
-	var errs []error
 	kp := e.paths.Kubepods
 	add := func(o *op, required bool) {
-		o.g = kp
-		cur, err := readValue(o.path())
-		switch {
-		case errNotExist(err) && required:
-			errs = append(errs, fmt.Errorf("%s: %w", o.path(), err))
-			o.before, o.note = "", noteAbsent
-		case errNotExist(err):
-			o.note = noteAbsent
-		case err != nil:
-			// Write anyway: protection comes before idempotence.
-			o.write, o.note = true, "unreadable before the write: "+err.Error()
-		default:
-			o.before, o.write = cur, !o.holds(cur)
-		}
+		o.g, o.unread, o.required = kp, true, required
 		ops = append(ops, o)
 	}
 	if lim.MemoryMax > 0 {
@@ -117,7 +109,27 @@ func (e *Enforcer) limitOps(lim decide.CgroupLimits) ([]*op, []error) {
 		w := int64(min(lim.CPUWeight, decide.MaxWeight))
 		add(&op{file: "cpu.weight", kind: kindCPUWeight, num: w, want: strconv.FormatInt(w, 10)}, true)
 	}
-	return ops, errs
+	return ops
+}
+
+// readBefore reads a limit op's file and decides whether it needs a write:
+// an unreadable file is written anyway (protection comes before
+// idempotence), a missing one is left alone, and is an error if required.
+func readBefore(o *op) error {
+	o.unread = false
+	cur, err := readValue(o.path())
+	switch {
+	case errNotExist(err) && o.required:
+		o.before, o.note = "", noteAbsent
+		return fmt.Errorf("%s: %w", o.path(), err)
+	case errNotExist(err):
+		o.note = noteAbsent
+	case err != nil:
+		o.write, o.note = true, "unreadable before the write: "+err.Error()
+	default:
+		o.before, o.write = cur, !o.holds(cur)
+	}
+	return nil
 }
 
 // HugePageSizeName names a huge page size as the kernel names its hugetlb

@@ -68,6 +68,10 @@ type Change struct {
 	// the clamp caused. Nil when memory.events could not be read.
 	OOMKillsBefore *uint64 `json:"oomKillsBefore,omitempty"`
 	OOMKillsAfter  *uint64 `json:"oomKillsAfter,omitempty"`
+	// WrittenAt is when the last file written was read back: on a clamp
+	// of memory alone, memory.max, which is written first. Zero when
+	// nothing was written.
+	WrittenAt time.Time `json:"writtenAt,omitzero"`
 	// DurationSeconds is how long the Apply took.
 	DurationSeconds float64 `json:"durationSeconds"`
 	Error           string  `json:"error,omitempty"`

@@ -64,7 +64,8 @@ type Metrics struct {
 	// change to the API server acknowledging the Node status patch.
 	PatchLatency prometheus.Histogram
 	// ClampLatency observes the time from the first uevent of a hardware
-	// loss to the kubepods limits written.
+	// loss to the last kubepods limit written (not counting the read-backs
+	// and the files that needed no write).
 	ClampLatency prometheus.Histogram
 	// AutoOnline counts hot-added devices the daemon brought online, by
 	// kind (cpu, memory_block) and result (onlined, error).
