@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -95,7 +96,10 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 		nodes = append(nodes, nr.node)
 		links = append(links, nr.links...)
 	}
-	slices.SortFunc(links, func(a, b blockLink) int { return a.block - b.block })
+	// By block, then node: a block whose memory spans two nodes is linked
+	// from both, and goes to the lower one, as Update's blockNodeOf finds
+	// it (an unstable sort by block alone picked either).
+	slices.SortFunc(links, func(a, b blockLink) int { return cmp.Or(a.block-b.block, a.node-b.node) })
 	return nodes, links, nil
 }
 

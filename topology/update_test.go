@@ -476,3 +476,48 @@ func TestUpdateRereadsOfflineZonesOfTheNode(t *testing.T) {
 		t.Errorf("memory25 zone %q, want Normal", z)
 	}
 }
+
+// A memory block whose memory spans two nodes is linked from both node
+// directories. The full rebuild and Update both give it the lower node,
+// however many links are sorted.
+func TestBlockLinkedByTwoNodesTakesTheLower(t *testing.T) {
+	m := propertyMachine(true)
+	tree := m.WriteTree(t, topologytest.Dir(t))
+	var shared []int
+	for _, b := range m.Blocks {
+		if b.Node == 1 {
+			link := filepath.Join(tree.Sys, fmt.Sprintf("devices/system/node/node0/memory%d", b.ID))
+			if err := os.Symlink(fmt.Sprintf("../../memory/memory%d", b.ID), link); err != nil {
+				t.Fatal(err)
+			}
+			shared = append(shared, b.ID)
+		}
+	}
+	fsys, err := NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range full.MemoryBlocks {
+		if slices.Contains(shared, b.ID) && b.Node != 0 {
+			t.Errorf("memory%d (linked from node0 and node1) in node%d, want node0", b.ID, b.Node)
+		}
+	}
+	tree.SetBlockState(shared[0], BlockOffline)
+	tree.SetMemTotalKB(tree.MemTotalKB() - 128*1024)
+	tree.SetNodeMemTotalKB(0, tree.NodeMemTotalKB(0)-128*1024)
+	got, why, err := fsys.Update(full, []Device{{DeviceMemory, shared[0]}})
+	if err != nil || why != "" {
+		t.Fatalf("Update: %q, %v", why, err)
+	}
+	want, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Update differs from the full rebuild: %v", Diff(want, got))
+	}
+}
