@@ -21,6 +21,7 @@ import (
 	"github.com/node-resized/node-resized/internal/cpu1test"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/test/internal/daemontest"
+	"github.com/node-resized/node-resized/uevent"
 )
 
 var binDir string
@@ -171,14 +172,7 @@ func TestCLIAgainstDaemon(t *testing.T) {
 // checks that the daemon's socket follows, measuring the detection latency.
 func TestRealCPUHotplug(t *testing.T) {
 	cpu1test.Need(t)
-	cycles := 20
-	if v := os.Getenv("NODE_RESIZED_HOTPLUG_CYCLES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("NODE_RESIZED_HOTPLUG_CYCLES=%q: want a positive number", v)
-		}
-		cycles = n
-	}
+	cycles := hotplugCycles(t)
 
 	d := startDaemon(t, "--listen-address", "127.0.0.1:0")
 	st, err := d.Client.Status(context.Background())
@@ -281,6 +275,120 @@ func TestRealCPUHotplug(t *testing.T) {
 		t.Error("the daemon logged no change")
 	}
 	assertLogFields(t, d.Stderr.String())
+}
+
+// TestRealCPUHotplugFloor is the floor under TestRealCPUHotplug's
+// latencies: the same cycles of cpu1, with no daemon, seen by a bare
+// listener in this process that reads only what any model of the CPU must
+// read (cpu/online, and on an online cpu1's topology ids) on the goroutine
+// that received the message. Run the two one after the other to compare.
+func TestRealCPUHotplugFloor(t *testing.T) {
+	cpu1test.Need(t)
+	cycles := hotplugCycles(t)
+	f := listenFloor(t)
+	for i := range cycles {
+		if err := daemontest.SetCPU1(false); err != nil {
+			t.Fatalf("cycle %d: offline cpu1: %v", i, err)
+		}
+		f.await(t)
+		if err := daemontest.SetCPU1(true); err != nil {
+			t.Fatalf("cycle %d: online cpu1: %v", i, err)
+		}
+		f.await(t)
+	}
+	off, on := f.stop()
+	if len(off) != cycles || len(on) != cycles {
+		t.Errorf("%d offline and %d online events seen for cpu1, want %d of each", len(off), len(on), cycles)
+	}
+	all := append(slices.Clone(off), on...)
+	t.Logf("bare listener over %d offline/online cycles (uevent arrival to cpu/online and cpu1's ids read):", cycles)
+	t.Logf("  offline: %s", summary(off))
+	t.Logf("  online:  %s", summary(on))
+	t.Logf("  all:     %s", summary(all))
+}
+
+// hotplugCycles is NODE_RESIZED_HOTPLUG_CYCLES, 20 by default.
+func hotplugCycles(t *testing.T) int {
+	t.Helper()
+	cycles := 20
+	if v := os.Getenv("NODE_RESIZED_HOTPLUG_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("NODE_RESIZED_HOTPLUG_CYCLES=%q: want a positive number", v)
+		}
+		cycles = n
+	}
+	return cycles
+}
+
+// floorListener receives the kernel's uevents as the daemon does and, for
+// cpu1's, reads only what any model of an online or offline CPU must read,
+// timing it from the message's arrival.
+type floorListener struct {
+	l       *uevent.Listener
+	done    chan struct{}
+	seen    chan struct{} // one for each of cpu1's events measured
+	off, on []time.Duration
+}
+
+// await waits for the listener to have measured one more event.
+func (f *floorListener) await(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bare listener saw no event of cpu1 within 10s")
+	}
+}
+
+func listenFloor(t *testing.T) *floorListener {
+	t.Helper()
+	l, err := uevent.Listen(uevent.Options{Subsystems: []string{"cpu"}})
+	if err != nil {
+		t.Fatalf("listen for uevents: %v", err)
+	}
+	f := &floorListener{l: l, done: make(chan struct{}), seen: make(chan struct{}, 1024)}
+	read := func(path string) {
+		if _, err := os.ReadFile(path); err != nil {
+			t.Errorf("floor listener: %v", err)
+		}
+	}
+	go func() {
+		defer close(f.done)
+		for {
+			ev, err := l.Receive()
+			if errors.Is(err, uevent.ErrLost) {
+				continue
+			}
+			if err != nil {
+				return // closed
+			}
+			if ev.DevPath != "/devices/system/cpu/cpu1" {
+				continue
+			}
+			switch ev.Action {
+			case uevent.ActionOffline:
+				read("/sys/devices/system/cpu/online")
+				f.off = append(f.off, time.Since(ev.Received))
+				f.seen <- struct{}{}
+			case uevent.ActionOnline:
+				read("/sys/devices/system/cpu/online")
+				read("/sys/devices/system/cpu/cpu1/topology/core_id")
+				read("/sys/devices/system/cpu/cpu1/topology/physical_package_id")
+				f.on = append(f.on, time.Since(ev.Received))
+				f.seen <- struct{}{}
+			}
+		}
+	}()
+	t.Cleanup(func() { f.stop() })
+	return f
+}
+
+// stop closes the listener and returns what it measured.
+func (f *floorListener) stop() (off, on []time.Duration) {
+	_ = f.l.Close()
+	<-f.done
+	return f.off, f.on
 }
 
 func hasKind(c monitor.Change, kind string) bool {
