@@ -3,6 +3,7 @@ package autoonline
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
@@ -120,16 +122,43 @@ func TestBusyUntilTheLastWrite(t *testing.T) {
 	if !o.Busy() {
 		t.Fatal("not busy with 3 blocks queued")
 	}
+	// The last block's state is a FIFO: the write to it waits in open
+	// until the test reads it, so the onliner is caught in the middle of
+	// its last write.
+	last := filepath.Join(tree.Sys, "devices/system/memory/memory10/state")
+	if err := os.Remove(last); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(last, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go o.Run(ctx)
-	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("still busy after 10s")
+	for _, b := range []string{"memory8", "memory9"} {
+		path := filepath.Join(tree.Sys, "devices/system/memory", b, "state")
+		for deadline := time.Now().Add(10 * time.Second); read(t, path) != "online_movable"; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not onlined within 10s", b)
+			}
 		}
 	}
-	// Not busy before the last write is done.
-	if got := read(t, filepath.Join(tree.Sys, "devices/system/memory/memory10/state")); got != "online_movable" {
-		t.Errorf("no longer busy, but memory10 state %q, want online_movable", got)
+	time.Sleep(10 * time.Millisecond) // well into the last write's open
+	if !o.Busy() {
+		t.Fatal("not busy while the last block's write is still going on")
+	}
+	fifo, err := os.Open(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fifo.Close()
+	got, err := io.ReadAll(fifo)
+	if err != nil || string(got) != "online_movable" {
+		t.Fatalf("memory10 written %q (%v), want online_movable", got, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy 10s after the last write")
+		}
 	}
 }
