@@ -404,20 +404,26 @@ func waitUntil(t *testing.T, cond func() bool) {
 // a decision is taken at the injected clock's time.
 func TestDecisionsTakeTheInjectedClock(t *testing.T) {
 	at := time.Date(2031, 5, 4, 3, 2, 1, 0, time.UTC)
-	fake := clocktesting.NewFakeClock(at)
-	relay := &fakeRelay{}
-	a := New(Config{Clock: fake}, relay)
+	a := runOnFourCPUs(t, Config{Clock: clocktesting.NewFakeClock(at)}, at)
+	st := a.Status()
+	if !st.LastDecision.Equal(at) || !st.Condition.LastTransitionTime.Equal(at) {
+		t.Fatalf("decision at %v, condition since %v; want the fake clock's %v", st.LastDecision, st.Condition.LastTransitionTime, at)
+	}
+}
+
+// runOnFourCPUs runs an agent of cfg until the test ends, with a Node and
+// a first model of 4 CPUs taken at at, and waits for its first decision.
+func runOnFourCPUs(t *testing.T, cfg Config, at time.Time) *Agent {
+	t.Helper()
+	a := New(cfg, &fakeRelay{})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go a.Run(ctx)
 	a.OnNode(decide.NodeView{})
 	m := machine(4)
 	a.OnChange(monitor.Change{Time: at, Capacity: m.Capacity()}, m)
 	waitUntil(t, func() bool { return a.Status().Decisions > 0 })
-	st := a.Status()
-	if !st.LastDecision.Equal(at) || !st.Condition.LastTransitionTime.Equal(at) {
-		t.Fatalf("decision at %v, condition since %v; want the fake clock's %v", st.LastDecision, st.Condition.LastTransitionTime, at)
-	}
+	return a
 }
 
 // timedEnforcer wrote its last file at written, and then took until the
@@ -441,14 +447,7 @@ func TestClampLatencyEndsAtTheWrite(t *testing.T) {
 	fake := clocktesting.NewFakeClock(at)
 	m := metrics.New()
 	enf := timedEnforcer{clock: fake, written: at.Add(3 * time.Millisecond)}
-	a := New(Config{Clock: fake, Metrics: m, Enforcer: enf}, &fakeRelay{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go a.Run(ctx)
-	a.OnNode(decide.NodeView{})
-	m4 := machine(4)
-	a.OnChange(monitor.Change{Time: at, Capacity: m4.Capacity()}, m4)
-	waitUntil(t, func() bool { return a.Status().Decisions > 0 })
+	a := runOnFourCPUs(t, Config{Clock: fake, Metrics: m, Enforcer: enf}, at)
 
 	// The loss's first uevent came 1 ms before the model (at).
 	m2 := machine(2)
