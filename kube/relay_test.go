@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/watch"
+
 	"github.com/node-resized/node-resized/resources"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -138,6 +140,17 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 	}
 	h.client = fakeAPI(t, node)
 	h.client.PrependReactor("patch", "nodes", h.rec.react)
+	// The fake's watch does not replay what changed since the list, as the
+	// API server does from the list's resourceVersion: the harness returns
+	// once the watch is registered, so that no update of a test is lost
+	// between the two.
+	watching := make(chan struct{})
+	var once sync.Once
+	h.nodes.PrependWatchReactor("nodes", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := h.nodes.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	h.r = New(h.client, h.nodes, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -157,6 +170,11 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 	// that came after the first patch would show the Node without it, and
 	// the relay would rightly patch again.
 	waitFor(t, "the Node watch's first list", func() bool { return h.r.Stats().NodeSynced })
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay did not start watching the Node within 10s")
+	}
 	return h
 }
 
@@ -477,7 +495,7 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	var calls []string
 	views := make(chan decide.NodeView, 10)
 	h := startRelay(t, 0, viewRecorder{name: "first", log: &calls, mu: &mu}, viewRecorder{name: "second", log: &calls, mu: &mu, views: views})
-	<-views // the initial list
+	nextView(t, views) // the initial list
 	s := status(2, decide.ReasonEmergencyReduced)
 	h.r.Publish(s)
 	waitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
@@ -492,13 +510,13 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	}
 	update("2") // the Node shows what was sent
 	update("2") // again: its view is handed over after the first one's republish check
-	<-views
-	<-views
+	nextView(t, views)
+	nextView(t, views)
 	if h.rec.count() != 1 || h.r.Stats().Pending {
 		t.Fatalf("republished a status the Node already shows")
 	}
 	update("4") // the kubelet's boot-time view
-	if v := <-views; v.Capacity["cpu"] != 4000 {
+	if v := nextView(t, views); v.Capacity["cpu"] != 4000 {
 		t.Fatalf("watched capacity %v", v.Capacity)
 	}
 	waitFor(t, "a second patch", func() bool { return h.rec.count() == 2 })
@@ -506,6 +524,18 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	defer mu.Unlock()
 	if got := strings.Join(calls, ","); got != "first,second,first,second,first,second,first,second" {
 		t.Errorf("subscriber calls %s, want first,second for each of the 4 views", got)
+	}
+}
+
+// nextView is the next view a viewRecorder was given.
+func nextView(t *testing.T, views <-chan decide.NodeView) decide.NodeView {
+	t.Helper()
+	select {
+	case v := <-views:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Node view within 10s")
+		return decide.NodeView{}
 	}
 }
 
