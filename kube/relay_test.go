@@ -371,7 +371,7 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 	views := make(chan decide.NodeView, 10)
 	h := startRelayWith(t, 0, func(_ *corev1.Node, o *Options) { o.GainWindow = w },
 		viewRecorder{name: "watch", log: &calls, mu: &mu, views: views})
-	<-views                                       // the initial list is over: the Node shows 4 CPUs, nothing to republish
+	nextView(t, views)                            // the initial list is over: the Node shows 4 CPUs, nothing to republish
 	h.r.Publish(status(4, decide.ReasonAccepted)) // the first status: at once
 	waitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
 
