@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -133,4 +136,31 @@ func typedEvents(t testing.TB, fc *dynamicfake.FakeDynamicClient) []eventsv1.Eve
 		}
 	}
 	return evs
+}
+
+// watchRegistered makes fc's watches of resource register with its tracker
+// in the reactor, and returns a channel closed once the first one is. The
+// fake's watch does not replay what changed since the list, as the API
+// server does from the list's resourceVersion: a test that changes the
+// object after its first list must wait for the watch (awaitWatch), or
+// the change may be lost between the two.
+func watchRegistered(fc *dynamicfake.FakeDynamicClient, resource string) <-chan struct{} {
+	watching := make(chan struct{})
+	var once sync.Once
+	fc.PrependWatchReactor(resource, func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := fc.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
+	return watching
+}
+
+// awaitWatch waits for a channel of watchRegistered.
+func awaitWatch(t testing.TB, watching <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch registered within 10s")
+	}
 }

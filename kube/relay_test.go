@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/watch"
-
 	"github.com/node-resized/node-resized/resources"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -140,17 +138,7 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 	}
 	h.client = fakeAPI(t, node)
 	h.client.PrependReactor("patch", "nodes", h.rec.react)
-	// The fake's watch does not replay what changed since the list, as the
-	// API server does from the list's resourceVersion: the harness returns
-	// once the watch is registered, so that no update of a test is lost
-	// between the two.
-	watching := make(chan struct{})
-	var once sync.Once
-	h.nodes.PrependWatchReactor("nodes", func(a k8stesting.Action) (bool, watch.Interface, error) {
-		w, err := h.nodes.Tracker().Watch(a.GetResource(), a.GetNamespace())
-		once.Do(func() { close(watching) })
-		return true, w, err
-	})
+	watching := watchRegistered(h.nodes, "nodes")
 	h.r = New(h.client, h.nodes, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -170,11 +158,7 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 	// that came after the first patch would show the Node without it, and
 	// the relay would rightly patch again.
 	waitFor(t, "the Node watch's first list", func() bool { return h.r.Stats().NodeSynced })
-	select {
-	case <-watching:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the relay did not start watching the Node within 10s")
-	}
+	awaitWatch(t, watching)
 	return h
 }
 
