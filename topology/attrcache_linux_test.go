@@ -55,14 +55,7 @@ func TestOpenFilesFollowTheTree(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", c.what, err)
 				}
-				fresh, err := NewFS(tree.Sys, tree.Proc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := fresh.Snapshot()
-				if err != nil {
-					t.Fatal(err)
-				}
+				want := freshSnapshot(t, tree.Sys, tree.Proc)
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s: the rebuild through the open files differs from a fresh one: %v", c.what, Diff(want, got))
 				}
@@ -134,18 +127,8 @@ func TestParallelRebuildSharesAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		got, err := fsys.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh, err := NewFS(tree.Sys, tree.Proc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := fresh.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := snapshotOf(t, fsys)
+		want := freshSnapshot(t, tree.Sys, tree.Proc)
 		if len(want.Nodes) != 3 || len(want.Nodes[2].CPUs) != 1 || want.Nodes[2].CPUs[0].ID != 0 {
 			t.Fatalf("node2 holds %+v, want cpu0", want.Nodes)
 		}

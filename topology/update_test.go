@@ -285,10 +285,7 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				prev, err := fsys.Snapshot()
-				if err != nil {
-					t.Fatal(err)
-				}
+				prev := snapshotOf(t, fsys)
 				p := &stepper{t: t, rnd: rand.New(rand.NewPCG(uint64(seed), 9)), tree: tree}
 				var fallbacks, incremental int
 				for i := range steps {
@@ -318,14 +315,7 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 					// The reference is a full rebuild by an FS made
 					// afresh, which has no file open from before; the
 					// long-lived FS's own full rebuild must agree too.
-					fresh, err := NewFS(tree.Sys, tree.Proc)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want, err := fresh.Snapshot()
-					if err != nil {
-						t.Fatal(err)
-					}
+					want := freshSnapshot(t, tree.Sys, tree.Proc)
 					if again, err := fsys.Snapshot(); err != nil || !reflect.DeepEqual(again, want) {
 						t.Fatalf("%s: the full rebuild through the open files differs from a fresh one (%v): %v", desc, err, Diff(want, again))
 					}
@@ -359,10 +349,7 @@ func TestUpdateFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev, err := fsys.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	prev := snapshotOf(t, fsys)
 	for _, c := range []struct {
 		name   string
 		noPrev bool
@@ -392,10 +379,7 @@ func TestUpdateFallsBack(t *testing.T) {
 			if !strings.Contains(full, c.want) {
 				t.Errorf("full = %q, want %q", full, c.want)
 			}
-			want, err := fsys.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := snapshotOf(t, fsys)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("the fallback differs from Snapshot: %v", Diff(want, got))
 			}
@@ -411,10 +395,7 @@ func TestUpdateSharesUnchangedParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev, err := fsys.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	prev := snapshotOf(t, fsys)
 	got, full, err := fsys.Update(prev, []Device{{DeviceCPU, 9}, {DeviceMemory, 40}})
 	if err != nil || full != "" {
 		t.Fatalf("Update: %q, %v", full, err)
@@ -448,10 +429,7 @@ func TestUpdateRereadsOfflineZonesOfTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev, err := fsys.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	prev := snapshotOf(t, fsys)
 	tree.SetBlockState(24, BlockOnline) // node0, "Movable Normal": onlined to Movable
 	tree.SetMemTotalKB(tree.MemTotalKB() + 128*1024)
 	tree.SetNodeMemTotalKB(0, tree.NodeMemTotalKB(0)+128*1024)
@@ -465,10 +443,7 @@ func TestUpdateRereadsOfflineZonesOfTheNode(t *testing.T) {
 	if err != nil || full != "" {
 		t.Fatalf("Update: %q, %v", full, err)
 	}
-	want, err := fsys.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := snapshotOf(t, fsys)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("differs from the full rebuild: %v", Diff(want, got))
 	}
@@ -497,10 +472,7 @@ func TestBlockLinkedByTwoNodesTakesTheLower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full, err := fsys.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	full := snapshotOf(t, fsys)
 	for _, b := range full.MemoryBlocks {
 		if slices.Contains(shared, b.ID) && b.Node != 0 {
 			t.Errorf("memory%d (linked from node0 and node1) in node%d, want node0", b.ID, b.Node)
@@ -513,11 +485,29 @@ func TestBlockLinkedByTwoNodesTakesTheLower(t *testing.T) {
 	if err != nil || why != "" {
 		t.Fatalf("Update: %q, %v", why, err)
 	}
-	want, err := fsys.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := snapshotOf(t, fsys)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Update differs from the full rebuild: %v", Diff(want, got))
 	}
+}
+
+// snapshotOf is fsys's full model; the test stops if it cannot be read.
+func snapshotOf(t testing.TB, fsys FS) *Snapshot {
+	t.Helper()
+	s, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// freshSnapshot reads the tree at sys and proc through an FS made afresh,
+// which opens every file and so reads everything in order.
+func freshSnapshot(t testing.TB, sys, proc string) *Snapshot {
+	t.Helper()
+	fresh, err := NewFS(sys, proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snapshotOf(t, fresh)
 }
