@@ -28,6 +28,25 @@ func read(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// writeMachine writes m as a sysfs and procfs tree, and returns it with a
+// function that reads its model as it stands.
+func writeMachine(t *testing.T, m topologytest.Machine) (*topologytest.Tree, func() *topology.Snapshot) {
+	t.Helper()
+	tree := m.WriteTree(t, topologytest.Dir(t))
+	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree, func() *topology.Snapshot {
+		t.Helper()
+		s, err := fsys.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+}
+
 func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 	m := topologytest.Machine{
 		CPUs:      topologytest.SMTCPUs(0, 4, 0, 0, 2, 3),
@@ -37,23 +56,12 @@ func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
 		MemKB:     1 << 20,
 	}
-	tree := m.WriteTree(t, topologytest.Dir(t))
-	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tree, snap := writeMachine(t, m)
 	mt := metrics.New()
 	o := New(tree.Sys, nil, mt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go o.Run(ctx)
-	snap := func() *topology.Snapshot {
-		s, err := fsys.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
 	o.OnChange(monitor.Change{}, snap()) // cpu2 and cpu3 were offline at start: an operator's choice
 
 	// A DIMM arrives with two offline blocks; block 9 could go Movable.
@@ -100,18 +108,7 @@ func TestBusyUntilTheLastWrite(t *testing.T) {
 		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
 		MemKB:     1 << 20,
 	}
-	tree := m.WriteTree(t, topologytest.Dir(t))
-	fsys, err := topology.NewFS(tree.Sys, tree.Proc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := func() *topology.Snapshot {
-		s, err := fsys.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	tree, snap := writeMachine(t, m)
 	o := New(tree.Sys, nil, nil)
 	o.OnChange(monitor.Change{}, snap())
 	if o.Busy() {
