@@ -100,9 +100,10 @@ type Enforcer struct {
 	lastSn  *topology.Snapshot
 	found   bool // kubepods existed at the previous apply (to log changes only)
 
-	mu      sync.Mutex // guards status and history
+	mu      sync.Mutex // guards status, history and applied
 	status  *Change
 	history []Change
+	applied time.Time // the last Apply's WrittenAt
 }
 
 // New finds the kubelet's cgroups. It fails only when the options are
@@ -212,7 +213,14 @@ func (e *Enforcer) Apply(ctx context.Context, a decide.Action, snap *topology.Sn
 	e.applyMu.Lock()
 	defer e.applyMu.Unlock()
 	e.last, e.lastSn = a, snap
-	return e.apply(ctx, a.Kind(), gen, lim, snap, false)
+	err := e.apply(ctx, a.Kind(), gen, lim, snap, false)
+	e.mu.Lock()
+	e.applied = time.Time{}
+	if e.status != nil {
+		e.applied = e.status.WrittenAt
+	}
+	e.mu.Unlock()
+	return err
 }
 
 // Reapply carries out the last action again, with snap's online CPUs (the
@@ -448,15 +456,13 @@ func (e *Enforcer) record(ch Change) {
 	}
 }
 
-// LastWrite returns when the last Apply, Reapply or Restore wrote its last
-// file (zero when it wrote none): the moment a clamp took hold.
+// LastWrite returns when the last Apply wrote its last file (zero when it
+// wrote none): the moment a clamp took hold. A Reapply or Restore since
+// does not change it.
 func (e *Enforcer) LastWrite() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.status == nil {
-		return time.Time{}
-	}
-	return e.status.WrittenAt
+	return e.applied
 }
 
 // Status returns what the Enforcer works on and what it last did. Found is

@@ -526,8 +526,20 @@ func TestApplyDuration(t *testing.T) {
 	if want := float64(writes+1) / 1000; last.DurationSeconds != want {
 		t.Errorf("duration %v, want %v from the first read to the last read-back (%d writes)", last.DurationSeconds, want, writes)
 	}
-	if want := last.Time.Add(time.Duration(writes) * time.Millisecond); !last.WrittenAt.Equal(want) || !e.LastWrite().Equal(want) {
+	want := last.Time.Add(time.Duration(writes) * time.Millisecond)
+	if !last.WrittenAt.Equal(want) || !e.LastWrite().Equal(want) {
 		t.Errorf("written at %v (LastWrite %v), want %v: the last of %d writes", last.WrittenAt, e.LastWrite(), want, writes)
+	}
+	// The enforcer's own loop puts a limit back after the kubelet rewrote
+	// it: that write is not the clamp's.
+	if err := os.WriteFile(filepath.Join(tr.paths.Kubepods.Dir, "memory.max"), []byte("max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reapply(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if re := e.Status().Last; !re.Reapply || re.WrittenAt.IsZero() || !e.LastWrite().Equal(want) {
+		t.Errorf("after a Reapply that wrote at %v, LastWrite %v, want the Apply's %v", re.WrittenAt, e.LastWrite(), want)
 	}
 }
 
