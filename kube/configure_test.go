@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 )
 
 // fakeNodes serves the Node worker-1. With served false it drops
@@ -23,7 +24,7 @@ import (
 func fakeNodes(t *testing.T, served bool) *dynamicfake.FakeDynamicClient {
 	t.Helper()
 	fc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{nodesGVR: "NodeList"}, unstructuredNode(map[string]any{"cpu": "8"}, map[string]any{"cpu": "8"}, nil))
+		map[schema.GroupVersionResource]string{objects.Nodes: "NodeList"}, unstructuredNode(map[string]any{"cpu": "8"}, map[string]any{"cpu": "8"}, nil))
 	if !served {
 		fc.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			p := a.(k8stesting.PatchAction)
@@ -35,7 +36,7 @@ func fakeNodes(t *testing.T, served bool) *dynamicfake.FakeDynamicClient {
 				delete(spec, "configuredCapacity")
 			}
 			b, _ := json.Marshal(m)
-			return k8stesting.ObjectReaction(fc.Tracker())(k8stesting.NewRootPatchAction(nodesGVR, p.GetName(), p.GetPatchType(), b))
+			return k8stesting.ObjectReaction(fc.Tracker())(k8stesting.NewRootPatchAction(objects.Nodes, p.GetName(), p.GetPatchType(), b))
 		})
 	}
 	return fc
@@ -43,7 +44,7 @@ func fakeNodes(t *testing.T, served bool) *dynamicfake.FakeDynamicClient {
 
 func getNode(t *testing.T, fc *dynamicfake.FakeDynamicClient) *unstructured.Unstructured {
 	t.Helper()
-	u, err := fc.Resource(nodesGVR).Get(context.Background(), "worker-1", metav1.GetOptions{})
+	u, err := fc.Resource(objects.Nodes).Get(context.Background(), "worker-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
+	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
 )
 
@@ -68,7 +70,7 @@ type eventWriter struct {
 func newEventWriter(client dynamic.Interface, opts Options) *eventWriter {
 	hostname, _ := os.Hostname()
 	return &eventWriter{
-		events:     client.Resource(eventsGVR),
+		events:     client.Resource(objects.Events),
 		node:       opts.NodeName,
 		instance:   eventController + "-" + hostname,
 		log:        opts.Logger,
@@ -119,7 +121,7 @@ func (w *eventWriter) record(ev *eventsv1.Event) {
 
 // create writes ev once and waits for the API server's answer.
 func (w *eventWriter) create(ctx context.Context, ev *eventsv1.Event) error {
-	u, err := toUnstructured(ev, eventsv1.SchemeGroupVersion.WithKind("Event"))
+	u, err := objects.ToUnstructured(ev, eventsv1.SchemeGroupVersion.WithKind("Event"))
 	if err != nil {
 		return err
 	}
@@ -154,7 +156,7 @@ func (w *eventWriter) run(ctx context.Context) {
 // other refusals drop the event. It returns false, with ev not written,
 // when ctx ended first.
 func (w *eventWriter) write(ctx context.Context, ev *eventsv1.Event) bool {
-	backoff := retryBackoff(w.minBackoff, w.maxBackoff)
+	backoff := retry.Backoff(w.minBackoff, w.maxBackoff)
 	for try := 1; ; try++ {
 		err := w.create(ctx, ev)
 		switch {

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
 	"github.com/node-resized/node-resized/metrics"
 )
 
@@ -102,7 +103,7 @@ func TestRelayEventFields(t *testing.T) {
 	h.r.Event(decide.EventWarning, decide.EventEmergencyCapacityReduced, "cpu 8 → 4")
 	h.r.Event(decide.EventNormal, decide.EventCapacityAccepted, "accepted")
 	var evs []string
-	waitFor(t, "two events", func() bool { return len(typedEvents(t, h.client)) == 2 })
+	kubetest.WaitFor(t, "two events", func() bool { return len(typedEvents(t, h.client)) == 2 })
 	hostname, _ := os.Hostname()
 	for _, ev := range typedEvents(t, h.client) {
 		evs = append(evs, ev.Type+"/"+ev.Reason+"/"+ev.Note)
@@ -134,7 +135,7 @@ func TestEventRetriedWhileTheAPIServerIsAway(t *testing.T) {
 	h.w.record(h.w.event(corev1.EventTypeNormal, "R", "Resize", "n"))
 	stepped := int64(0)
 	for _, base := range []time.Duration{testMinBackoff, 2 * testMinBackoff} {
-		waitFor(t, "a retry wait", func() bool { return h.w.armed.Load() > stepped && h.clock.HasWaiters() })
+		kubetest.WaitFor(t, "a retry wait", func() bool { return h.w.armed.Load() > stepped && h.clock.HasWaiters() })
 		stepped = h.w.armed.Load()
 		h.clock.Step(base - time.Nanosecond)
 		if !h.clock.HasWaiters() {
@@ -142,7 +143,7 @@ func TestEventRetriedWhileTheAPIServerIsAway(t *testing.T) {
 		}
 		h.clock.Step(base/2 + time.Nanosecond)
 	}
-	waitFor(t, "the event", func() bool { return len(typedEvents(t, h.api)) == 1 })
+	kubetest.WaitFor(t, "the event", func() bool { return len(typedEvents(t, h.api)) == 1 })
 	if h.fail.count() != 3 || h.dropped() != 0 {
 		t.Errorf("%d tries, %v dropped; want 3 and none", h.fail.count(), h.dropped())
 	}
@@ -157,7 +158,7 @@ func TestEventGivenUp(t *testing.T) {
 	h.run(t)
 	h.w.record(h.w.event(corev1.EventTypeNormal, "Refused", "Resize", "n"))
 	h.w.record(h.w.event(corev1.EventTypeNormal, "Kept", "Resize", "n"))
-	waitFor(t, "the second event", func() bool { return len(typedEvents(t, h.api)) == 1 })
+	kubetest.WaitFor(t, "the second event", func() bool { return len(typedEvents(t, h.api)) == 1 })
 	if ev := typedEvents(t, h.api)[0]; ev.Reason != "Kept" || h.fail.count() != 2 || h.dropped() != 1 {
 		t.Errorf("event %s after %d tries, %v dropped; want Kept after 2, 1 dropped", ev.Reason, h.fail.count(), h.dropped())
 	}
@@ -167,10 +168,10 @@ func TestEventGivenUp(t *testing.T) {
 	h.fail.mu.Unlock()
 	h.w.record(h.w.event(corev1.EventTypeNormal, "Lost", "Resize", "n"))
 	for try := 1; try < eventTries; try++ {
-		waitFor(t, "a retry wait", func() bool { return h.clock.HasWaiters() })
+		kubetest.WaitFor(t, "a retry wait", func() bool { return h.clock.HasWaiters() })
 		h.clock.Step(testMaxBackoff * 3 / 2)
 	}
-	waitFor(t, "the event given up", func() bool { return h.dropped() == 2 })
+	kubetest.WaitFor(t, "the event given up", func() bool { return h.dropped() == 2 })
 	if n := h.fail.count(); n != 2+eventTries {
 		t.Errorf("%d tries of the failing event, want %d", n-2, eventTries)
 	}
@@ -222,7 +223,7 @@ func TestRunEndsDuringARetry(t *testing.T) {
 	h := newEventHarness(t, 1, errors.New("connection refused"))
 	stop := h.run(t)
 	h.w.record(h.w.event(corev1.EventTypeNormal, "R", "Resize", "n"))
-	waitFor(t, "a retry wait", func() bool { return h.clock.HasWaiters() })
+	kubetest.WaitFor(t, "a retry wait", func() bool { return h.clock.HasWaiters() })
 	stop()
 	if n := len(typedEvents(t, h.api)); n != 1 || h.fail.count() != 2 {
 		t.Errorf("%d events after %d tries, want 1 after 2", n, h.fail.count())

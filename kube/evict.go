@@ -25,6 +25,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
 )
 
@@ -149,8 +151,8 @@ func NewEvictor(client dynamic.Interface, opts EvictorOptions) *Evictor {
 		clock:    opts.Clock,
 		wake:     make(chan struct{}, 1),
 		evicted:  map[string]string{},
-		poll:     pollBackoff(opts.RetryInterval),
-		failures: retryBackoff(opts.RetryInterval, opts.MaxRetryInterval),
+		poll:     retry.Poll(opts.RetryInterval),
+		failures: retry.Backoff(opts.RetryInterval, opts.MaxRetryInterval),
 	}
 }
 
@@ -188,15 +190,15 @@ func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, repo
 // evictor's only worker; it always returns nil.
 func (e *Evictor) Run(ctx context.Context) error {
 	var timer clock.Timer
-	defer func() { stopTimer(timer) }()
+	defer func() { retry.Stop(timer) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-e.wake:
-		case <-timerC(timer):
+		case <-retry.C(timer):
 		}
-		stopTimer(timer)
+		retry.Stop(timer)
 		timer = nil
 		job, pass, cancel, ok := e.next(ctx)
 		if !ok {
@@ -209,7 +211,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 			return nil
 		}
 		if out != passFailed {
-			e.failures = retryBackoff(e.opts.RetryInterval, e.opts.MaxRetryInterval)
+			e.failures = retry.Backoff(e.opts.RetryInterval, e.opts.MaxRetryInterval)
 		}
 		switch out {
 		case passAgain:
@@ -387,14 +389,14 @@ func (e *Evictor) listPods(ctx context.Context) ([]corev1.Pod, error) {
 	).String()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	list, err := e.client.Resource(podsGVR).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	list, err := e.client.Resource(objects.Pods).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", e.opts.NodeName, err)
 	}
 	pods := make([]corev1.Pod, 0, len(list.Items))
 	for i := range list.Items {
 		var p corev1.Pod
-		if err := fromUnstructured(&list.Items[i], &p); err != nil {
+		if err := objects.FromUnstructured(&list.Items[i], &p); err != nil {
 			return nil, fmt.Errorf("list pods on node %s: %w", e.opts.NodeName, err)
 		}
 		// The field selector already says so; checking again costs
@@ -461,7 +463,7 @@ func (e *Evictor) evict(ctx context.Context, v PodUsage) error {
 	uid := types.UID(v.UID)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	eviction, err := toUnstructured(&policyv1.Eviction{
+	eviction, err := objects.ToUnstructured(&policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: v.Name, Namespace: v.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
 	}, policyv1.SchemeGroupVersion.WithKind("Eviction"))
@@ -470,7 +472,7 @@ func (e *Evictor) evict(ctx context.Context, v PodUsage) error {
 	}
 	// A create of the pod's eviction subresource, as the typed client's
 	// Evict: POST .../pods/<name>/eviction.
-	_, err = e.client.Resource(podsGVR).Namespace(v.Namespace).Create(ctx, eviction, metav1.CreateOptions{}, "eviction")
+	_, err = e.client.Resource(objects.Pods).Namespace(v.Namespace).Create(ctx, eviction, metav1.CreateOptions{}, "eviction")
 	if err != nil {
 		return fmt.Errorf("evict pod %s: %w", v, err)
 	}

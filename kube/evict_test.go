@@ -28,6 +28,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/metrics"
 )
 
@@ -158,7 +160,7 @@ func (h *evHarness) tick() {
 // last stepped: a wait set before that step may be replaced at any moment.
 func (h *evHarness) waitArmed() {
 	h.t.Helper()
-	waitFor(h.t, "the evictor to wait", func() bool { return h.ev.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	kubetest.WaitFor(h.t, "the evictor to wait", func() bool { return h.ev.armed.Load() > h.stepped && h.clock.HasWaiters() })
 	h.stepped = h.ev.armed.Load()
 }
 
@@ -178,20 +180,7 @@ func (h *evHarness) fireWait(lo, hi time.Duration) {
 
 // run starts Run and stops it when the test ends.
 func (h *evHarness) run() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.ev.Run(ctx) }()
-	h.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				h.t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			h.t.Errorf("Run did not return after cancel")
-		}
-	})
+	kubetest.Run(h.t, h.ev.Run)
 }
 
 func (h *evHarness) react(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -212,7 +201,7 @@ func (h *evHarness) react(a k8stesting.Action) (bool, runtime.Object, error) {
 		}
 		return true, evictionSuccess(), nil
 	}
-	if err := h.client.Tracker().Delete(podsGVR, e.Namespace, e.Name); err != nil {
+	if err := h.client.Tracker().Delete(objects.Pods, e.Namespace, e.Name); err != nil {
 		return true, nil, err
 	}
 	return true, evictionSuccess(), nil
@@ -230,7 +219,7 @@ func evictionOf(a k8stesting.Action) (*policyv1.Eviction, error) {
 		return nil, fmt.Errorf("eviction subresource with a %v, want a policy/v1 Eviction", gvk)
 	}
 	e := &policyv1.Eviction{}
-	if err := fromUnstructured(u, e); err != nil {
+	if err := objects.FromUnstructured(u, e); err != nil {
 		return nil, err
 	}
 	if e.Namespace != a.GetNamespace() || e.Name != ca.(k8stesting.CreateActionImpl).Name {
@@ -384,7 +373,7 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 		if refuse {
 			return pdbRefusal()
 		}
-		return h.client.Tracker().Delete(podsGVR, ns, name)
+		return h.client.Tracker().Delete(objects.Pods, ns, name)
 	})
 	h.run()
 	// 5Gi of footprints in 2Gi: both must go, a first.
@@ -397,7 +386,7 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 	// It retries, and nobody else is evicted meanwhile: the order holds.
 	for n := 2; n <= 3; n++ {
 		h.fireWait(evRetry, evRetry*6/5) // steady: a refusal is not a failure
-		waitFor(t, "a retry", func() bool { return len(h.evictions()) == n })
+		kubetest.WaitFor(t, "a retry", func() bool { return len(h.evictions()) == n })
 	}
 	for _, e := range h.evictions() {
 		if e != "default/a" {
@@ -441,7 +430,7 @@ func TestEvictorNotFoundCountsAsEvicted(t *testing.T) {
 	h.ws = map[string]int64{"uid-a": 4 << 30, "uid-b": 3 << 30, "uid-c": 1 << 30}
 	h.setOnEvict(func(ns, name string) error {
 		// The pod went away between the list and the eviction.
-		_ = h.client.Tracker().Delete(podsGVR, ns, name)
+		_ = h.client.Tracker().Delete(objects.Pods, ns, name)
 		if name == "a" {
 			return apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
 		}
@@ -490,7 +479,7 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 	// terminate before it reports Done.
 	// Once the evictor waits for the clock, a wrongly continuing pass
 	// has shown.
-	waitFor(t, "generation 2 to wait for a", h.clock.HasWaiters)
+	kubetest.WaitFor(t, "generation 2 to wait for a", h.clock.HasWaiters)
 	if got := h.evictions(); !slices.Equal(got, []string{"default/a"}) {
 		t.Errorf("evicted %v, want only a (b belonged to the superseded pass)", got)
 	}
@@ -499,7 +488,7 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 			t.Fatalf("Done while the pod evicted for generation 1 is still terminating: %+v", r)
 		}
 	}
-	if err := h.client.Tracker().Delete(podsGVR, "default", "a"); err != nil {
+	if err := h.client.Tracker().Delete(objects.Pods, "default", "a"); err != nil {
 		t.Fatal(err)
 	}
 	h.tick()
@@ -536,7 +525,7 @@ func TestEvictorWaitsForEvictedPodsToTerminate(t *testing.T) {
 	if got := h.evictions(); !slices.Equal(got, []string{"default/a"}) {
 		t.Errorf("evicted %v, want a once (a terminating pod is not evicted again, b still fits)", got)
 	}
-	if err := h.client.Tracker().Delete(podsGVR, "default", "a"); err != nil {
+	if err := h.client.Tracker().Delete(objects.Pods, "default", "a"); err != nil {
 		t.Fatal(err)
 	}
 	h.tick()
@@ -590,7 +579,7 @@ func TestEvictorAPIErrors(t *testing.T) {
 			evictFailures--
 			return apierrors.NewInternalError(errors.New("etcd is sad"))
 		}
-		return h.client.Tracker().Delete(podsGVR, ns, name)
+		return h.client.Tracker().Delete(objects.Pods, ns, name)
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30))
@@ -633,7 +622,7 @@ func TestEvictorRetryTiming(t *testing.T) {
 			answers = answers[1:]
 			return err
 		}
-		return h.client.Tracker().Delete(podsGVR, ns, name)
+		return h.client.Tracker().Delete(objects.Pods, ns, name)
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30))
@@ -752,11 +741,11 @@ func TestDisruptionBudgetMessage(t *testing.T) {
 // evMarkDeleted does what the API server does to an evicted pod: it sets
 // the deletion timestamp to the end of the grace period.
 func evMarkDeleted(h *evHarness, ns, name string, at time.Time) error {
-	obj, err := h.client.Tracker().Get(podsGVR, ns, name)
+	obj, err := h.client.Tracker().Get(objects.Pods, ns, name)
 	if err != nil {
 		return err
 	}
 	p := obj.(*unstructured.Unstructured).DeepCopy()
 	p.SetDeletionTimestamp(&metav1.Time{Time: at})
-	return h.client.Tracker().Update(podsGVR, p, ns)
+	return h.client.Tracker().Update(objects.Pods, p, ns)
 }

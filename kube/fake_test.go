@@ -14,39 +14,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 )
 
-// fakeAPI is a fake API server of Nodes, Pods and Events for the dynamic
-// client, holding objs (typed objects, stored as the API server sends
-// them). Strategic-merge patches of a Node are applied as the API server
-// applies them (see strategicNodePatch); reactors prepended later run
-// first.
+// fakeAPI is kubetest.FakeAPI, where strategic-merge patches of a Node
+// are applied as the API server applies them (see strategicNodePatch);
+// reactors prepended later run first.
 func fakeAPI(t testing.TB, objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	t.Helper()
-	typed := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme} {
-		if err := add(typed); err != nil {
-			t.Fatal(err)
-		}
-	}
-	us := make([]runtime.Object, len(objs))
-	for i, o := range objs {
-		gvks, _, err := typed.ObjectKinds(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if us[i], err = toUnstructured(o, gvks[0]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{nodesGVR: "NodeList", podsGVR: "PodList", eventsGVR: "EventList"}, us...)
+	fc := kubetest.FakeAPI(t, objs...)
 	fc.PrependReactor("patch", "nodes", strategicNodePatch(fc.Tracker()))
 	return fc
 }
@@ -63,7 +46,7 @@ func strategicNodePatch(tracker k8stesting.ObjectTracker) k8stesting.ReactionFun
 		if !ok || pa.GetPatchType() != types.StrategicMergePatchType {
 			return false, nil, nil
 		}
-		obj, err := tracker.Get(nodesGVR, "", pa.GetName())
+		obj, err := tracker.Get(objects.Nodes, "", pa.GetName())
 		if err != nil {
 			return true, nil, err
 		}
@@ -77,7 +60,7 @@ func strategicNodePatch(tracker k8stesting.ObjectTracker) k8stesting.ReactionFun
 			return true, nil, apierrors.NewBadRequest(err.Error())
 		}
 		if rv := pre.Metadata.ResourceVersion; rv != "" && rv != old.GetResourceVersion() {
-			return true, nil, apierrors.NewConflict(nodesGVR.GroupResource(), pa.GetName(), errors.New("the object has been modified"))
+			return true, nil, apierrors.NewConflict(objects.Nodes.GroupResource(), pa.GetName(), errors.New("the object has been modified"))
 		}
 		before, err := old.MarshalJSON()
 		if err != nil {
@@ -98,7 +81,7 @@ func strategicNodePatch(tracker k8stesting.ObjectTracker) k8stesting.ReactionFun
 			patched.Object["status"] = old.Object["status"]
 			out = patched
 		}
-		if err := tracker.Update(nodesGVR, out, ""); err != nil {
+		if err := tracker.Update(objects.Nodes, out, ""); err != nil {
 			return true, nil, err
 		}
 		return true, out, nil
@@ -108,12 +91,12 @@ func strategicNodePatch(tracker k8stesting.ObjectTracker) k8stesting.ReactionFun
 // typedNode reads the Node worker-1 from fc.
 func typedNode(t testing.TB, fc *dynamicfake.FakeDynamicClient) *corev1.Node {
 	t.Helper()
-	u, err := fc.Resource(nodesGVR).Get(context.Background(), "worker-1", metav1.GetOptions{})
+	u, err := fc.Resource(objects.Nodes).Get(context.Background(), "worker-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &corev1.Node{}
-	if err := fromUnstructured(u, n); err != nil {
+	if err := objects.FromUnstructured(u, n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -122,13 +105,13 @@ func typedNode(t testing.TB, fc *dynamicfake.FakeDynamicClient) *corev1.Node {
 // typedEvents lists the events fc holds.
 func typedEvents(t testing.TB, fc *dynamicfake.FakeDynamicClient) []eventsv1.Event {
 	t.Helper()
-	list, err := fc.Resource(eventsGVR).Namespace(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
+	list, err := fc.Resource(objects.Events).Namespace(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	evs := make([]eventsv1.Event, len(list.Items))
 	for i := range list.Items {
-		if err := fromUnstructured(&list.Items[i], &evs[i]); err != nil {
+		if err := objects.FromUnstructured(&list.Items[i], &evs[i]); err != nil {
 			t.Fatal(err)
 		}
 		if got := list.Items[i].GetAPIVersion() + "/" + list.Items[i].GetKind(); got != "events.k8s.io/v1/Event" {

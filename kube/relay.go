@@ -20,6 +20,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/resources"
 )
@@ -65,7 +67,7 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the retry delay of a failed patch
 	// and of a restart of the Node watch (defaults 200ms and 30s). The
 	// delay doubles from MinBackoff up to MaxBackoff, and each delay is
-	// stretched by a random factor of up to 1.5 (see retryJitter), so that
+	// stretched by a random factor of up to 1.5 (see retry.Jitter), so that
 	// the nodes of a fleet do not retry in lockstep after an API server
 	// outage.
 	MinBackoff, MaxBackoff time.Duration
@@ -222,7 +224,7 @@ func New(client, nodes dynamic.Interface, opts Options) *Relay {
 	return &Relay{
 		opts:   opts,
 		client: client,
-		nodes:  nodes.Resource(nodesGVR),
+		nodes:  nodes.Resource(objects.Nodes),
 		dyn:    nodes,
 		log:    opts.Logger,
 		m:      opts.Metrics,
@@ -369,20 +371,20 @@ func (r *Relay) Stats() Stats {
 // newest wanted status, and a newer status is sent at once, unless it only
 // adds capacity: that one waits for Options.GainWindow (see held).
 func (r *Relay) sendStatuses(ctx context.Context) {
-	backoff := retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
-	var retry, hold clock.Timer
-	defer func() { stopTimer(retry); stopTimer(hold) }()
+	backoff := retry.Backoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+	var again, hold clock.Timer
+	defer func() { retry.Stop(again); retry.Stop(hold) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
-		case <-timerC(retry):
-		case <-timerC(hold):
+		case <-retry.C(again):
+		case <-retry.C(hold):
 		}
-		stopTimer(retry)
-		stopTimer(hold)
-		retry, hold = nil, nil
+		retry.Stop(again)
+		retry.Stop(hold)
+		again, hold = nil, nil
 		r.mu.Lock()
 		want := r.want
 		wait := r.held()
@@ -402,11 +404,11 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 		if err != nil {
 			delay := backoff.Step()
 			r.patchFailed(err, delay)
-			retry = r.clock.NewTimer(delay)
+			again = r.clock.NewTimer(delay)
 			r.armed.Add(1)
 			continue
 		}
-		backoff = retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+		backoff = retry.Backoff(r.opts.MinBackoff, r.opts.MaxBackoff)
 		r.patched(want)
 	}
 }
@@ -538,7 +540,7 @@ func (r *Relay) patch(ctx context.Context, s decide.NodeStatus) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = r.client.Resource(nodesGVR).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "node-resized"}, "status")
+	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager}, "status")
 	if err != nil {
 		return fmt.Errorf("patch Node %s status: %w", r.opts.NodeName, err)
 	}

@@ -20,13 +20,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/metrics"
 )
 
@@ -126,7 +127,7 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 	}
 	h := &relayHarness{
 		nodes: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{nodesGVR: "NodeList"}, unstructuredNode(map[string]any{"cpu": "4"}, map[string]any{"cpu": "4"}, nil)),
+			map[schema.GroupVersionResource]string{objects.Nodes: "NodeList"}, unstructuredNode(map[string]any{"cpu": "4"}, map[string]any{"cpu": "4"}, nil)),
 		rec:   &patchRecorder{fail: fail, got: make(chan struct{}, 100)},
 		m:     metrics.New(),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
@@ -140,37 +141,13 @@ func startRelayWith(t *testing.T, fail int, adjust func(*corev1.Node, *Options),
 	h.client.PrependReactor("patch", "nodes", h.rec.react)
 	watching := watchRegistered(h.nodes, "nodes")
 	h.r = New(h.client, h.nodes, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return after cancel")
-		}
-	})
+	kubetest.Run(t, h.r.Run)
 	// The watch serves another fake than the patches go to: a first list
 	// that came after the first patch would show the Node without it, and
 	// the relay would rightly patch again.
-	waitFor(t, "the Node watch's first list", func() bool { return h.r.Stats().NodeSynced })
+	kubetest.WaitFor(t, "the Node watch's first list", func() bool { return h.r.Stats().NodeSynced })
 	awaitWatch(t, watching)
 	return h
-}
-
-// waitFor waits for another goroutine to make cond true. It polls: what
-// it waits for is the scheduler, not time.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Microsecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("timed out waiting for %s", what)
-	}
 }
 
 // fireRetry checks that the worker waits at least base and less than
@@ -179,7 +156,7 @@ func (h *relayHarness) fireRetry(t *testing.T, base time.Duration) {
 	t.Helper()
 	// A wait set before the last step may be replaced at any moment: wait
 	// for one set since.
-	waitFor(t, "the worker to wait for its retry", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	kubetest.WaitFor(t, "the worker to wait for its retry", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 	h.stepped = h.r.armed.Load()
 	h.clock.Step(base - time.Nanosecond)
 	if !h.clock.HasWaiters() {
@@ -207,7 +184,7 @@ func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	s := status(4, decide.ReasonAccepted)
 	s.Since = h.clock.Now().Add(-5 * time.Millisecond)
 	h.r.Publish(s)
-	waitFor(t, "one patch", func() bool { return h.r.Stats().Patches == 1 })
+	kubetest.WaitFor(t, "one patch", func() bool { return h.r.Stats().Patches == 1 })
 
 	// The worker may patch again meanwhile (the watch republishes): read
 	// the recorder under its lock.
@@ -246,14 +223,14 @@ func TestNewestStatusWinsAfterOutage(t *testing.T) {
 	// The API server is away for the first three attempts; meanwhile the
 	// machine changes twice more. Only the newest status may land.
 	h.r.Publish(status(4, decide.ReasonAccepted))
-	waitFor(t, "a failed attempt", func() bool { return testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")) >= 1 })
+	kubetest.WaitFor(t, "a failed attempt", func() bool { return testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")) >= 1 })
 	h.r.Publish(status(3, decide.ReasonAccepted))
 	h.r.Publish(status(2, decide.ReasonEmergencyReduced))
 	for h.rec.count() == 0 {
-		waitFor(t, "a retry or a patch", func() bool { return h.clock.HasWaiters() || h.rec.count() > 0 })
+		kubetest.WaitFor(t, "a retry or a patch", func() bool { return h.clock.HasWaiters() || h.rec.count() > 0 })
 		h.clock.Step(testMaxBackoff * 3 / 2)
 	}
-	waitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending })
 	n := typedNode(t, h.client)
 	if q := n.Status.Capacity[corev1.ResourceCPU]; q.String() != "2" {
 		t.Errorf("capacity cpu %s after the outage, want the newest (2)", q.String())
@@ -274,41 +251,16 @@ func TestPatchBackoffDoublesToItsCapAndResets(t *testing.T) {
 	h.r.Publish(status(4, decide.ReasonAccepted))
 	for i, base := range []time.Duration{1, 2, 4, 4, 4} {
 		h.fireRetry(t, base*testMinBackoff)
-		waitFor(t, "the next attempt", func() bool { return h.rec.tries() == i+2 })
+		kubetest.WaitFor(t, "the next attempt", func() bool { return h.rec.tries() == i+2 })
 	}
-	waitFor(t, "the patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "the patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
 	h.rec.mu.Lock()
 	h.rec.fail = 1
 	h.rec.mu.Unlock()
 	h.r.Publish(status(3, decide.ReasonAccepted))
-	waitFor(t, "a failed attempt", func() bool { return h.rec.tries() == 7 })
+	kubetest.WaitFor(t, "a failed attempt", func() bool { return h.rec.tries() == 7 })
 	h.fireRetry(t, testMinBackoff)
-	waitFor(t, "the second patch", func() bool { return h.rec.count() == 2 })
-}
-
-func TestRetryBackoffIsJitteredAndCapped(t *testing.T) {
-	seen := map[time.Duration]bool{}
-	for range 100 {
-		b := retryBackoff(time.Second, 8*time.Second)
-		for i, base := range []time.Duration{1, 2, 4, 8, 8, 8} {
-			d := b.Step()
-			if lo, hi := base*time.Second, base*time.Second*3/2; d < lo || d >= hi {
-				t.Fatalf("step %d: %v, want in [%v, %v)", i, d, lo, hi)
-			}
-			if i == 0 {
-				seen[d] = true
-			}
-		}
-	}
-	if len(seen) < 50 {
-		t.Errorf("100 first delays took only %d values: retries would come in lockstep", len(seen))
-	}
-	p := pollBackoff(5 * time.Second)
-	for range 100 {
-		if d := p.Step(); d < 5*time.Second || d >= 6*time.Second {
-			t.Fatalf("poll wait %v, want in [5s, 6s)", d)
-		}
-	}
+	kubetest.WaitFor(t, "the second patch", func() bool { return h.rec.count() == 2 })
 }
 
 func TestBurstOfPublishesIsOnePatch(t *testing.T) {
@@ -318,7 +270,7 @@ func TestBurstOfPublishesIsOnePatch(t *testing.T) {
 		h.r.Publish(status(int64(1+i%4), decide.ReasonAccepted))
 	}
 	h.rec.mu.Unlock()
-	waitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending && h.rec.count() > 0 })
+	kubetest.WaitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending && h.rec.count() > 0 })
 	if n := h.rec.count(); n > 2 {
 		t.Errorf("%d patches for a burst of 512 publishes, want at most 2", n)
 	}
@@ -328,7 +280,7 @@ func TestBurstOfPublishesIsOnePatch(t *testing.T) {
 // it patches after exactly d more, not before.
 func (h *relayHarness) heldFor(t *testing.T, d time.Duration) {
 	t.Helper()
-	waitFor(t, "the worker to hold the status", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	kubetest.WaitFor(t, "the worker to hold the status", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 	h.stepped = h.r.armed.Load()
 	before := h.rec.count()
 	h.clock.Step(d - time.Nanosecond)
@@ -336,7 +288,7 @@ func (h *relayHarness) heldFor(t *testing.T, d time.Duration) {
 		t.Fatalf("patched before %v", d)
 	}
 	h.clock.Step(time.Nanosecond)
-	waitFor(t, "the held patch", func() bool { return h.rec.count() == before+1 && !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "the held patch", func() bool { return h.rec.count() == before+1 && !h.r.Stats().Pending })
 }
 
 func (h *relayHarness) cpu(t *testing.T) string {
@@ -357,12 +309,12 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 		viewRecorder{name: "watch", log: &calls, mu: &mu, views: views})
 	nextView(t, views)                            // the initial list is over: the Node shows 4 CPUs, nothing to republish
 	h.r.Publish(status(4, decide.ReasonAccepted)) // the first status: at once
-	waitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
 
 	// A leading and a trailing gain 100ms apart: one patch, a window
 	// after the trailing one.
 	h.r.Publish(status(5, decide.ReasonAccepted))
-	waitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	kubetest.WaitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 	h.stepped = h.r.armed.Load()
 	h.clock.Step(100 * time.Millisecond)
 	h.r.Publish(status(8, decide.ReasonAccepted))
@@ -375,7 +327,7 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 	// first.
 	for cpu := int64(9); cpu <= 10; cpu++ {
 		h.r.Publish(status(cpu, decide.ReasonAccepted))
-		waitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+		kubetest.WaitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 		h.stepped = h.r.armed.Load()
 		h.clock.Step(200 * time.Millisecond)
 	}
@@ -387,16 +339,16 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 
 	// A loss is patched at once and takes a held gain's place.
 	h.r.Publish(status(12, decide.ReasonAccepted))
-	waitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
+	kubetest.WaitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 	h.r.Publish(status(3, decide.ReasonEmergencyReduced))
-	waitFor(t, "the loss's patch", func() bool { return h.rec.count() == 4 && !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "the loss's patch", func() bool { return h.rec.count() == 4 && !h.r.Stats().Pending })
 	if got := h.cpu(t); got != "3" {
 		t.Errorf("Node cpu %s after the loss, want 3", got)
 	}
 	// So is a status with the same capacity and another condition.
 	s := status(3, decide.ReasonAccepted)
 	h.r.Publish(s)
-	waitFor(t, "the condition's patch", func() bool { return h.rec.count() == 5 && !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "the condition's patch", func() bool { return h.rec.count() == 5 && !h.r.Stats().Pending })
 }
 
 // The same status wanted again does not hold a gain longer: the window
@@ -482,13 +434,13 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	nextView(t, views) // the initial list
 	s := status(2, decide.ReasonEmergencyReduced)
 	h.r.Publish(s)
-	waitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+	kubetest.WaitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
 
 	ours := map[string]any{"type": decide.ConditionType, "status": string(s.Condition.Status), "reason": string(s.Condition.Reason)}
 	update := func(cpu string) {
 		t.Helper()
 		n := unstructuredNode(map[string]any{"cpu": cpu, "memory": "8Gi"}, map[string]any{"cpu": "2", "memory": "7Gi"}, ours)
-		if _, err := h.nodes.Resource(nodesGVR).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		if _, err := h.nodes.Resource(objects.Nodes).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -503,7 +455,7 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	if v := nextView(t, views); v.Capacity["cpu"] != 4000 {
 		t.Fatalf("watched capacity %v", v.Capacity)
 	}
-	waitFor(t, "a second patch", func() bool { return h.rec.count() == 2 })
+	kubetest.WaitFor(t, "a second patch", func() bool { return h.rec.count() == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if got := strings.Join(calls, ","); got != "first,second,first,second,first,second,first,second" {
@@ -560,10 +512,10 @@ func TestEvictAsNodeImpersonatesOnlyForEvictions(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		if _, err := r.EvictionClient().Resource(podsGVR).List(ctx, metav1.ListOptions{}); err != nil {
+		if _, err := r.EvictionClient().Resource(objects.Pods).List(ctx, metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = r.client.Resource(nodesGVR).Get(ctx, "worker-1", metav1.GetOptions{}) // the answer is no Node; only the header matters
+		_, _ = r.client.Resource(objects.Nodes).Get(ctx, "worker-1", metav1.GetOptions{}) // the answer is no Node; only the header matters
 		mu.Lock()
 		evict, own := seen["/api/v1/pods"], seen["/api/v1/nodes/worker-1"]
 		mu.Unlock()

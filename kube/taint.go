@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 )
 
 // The taint node-resized sets while the kubelet has not adopted a loss.
@@ -98,7 +99,7 @@ func (r *Relay) setTaint(ctx context.Context, on bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode taint patch: %w", err)
 	}
-	_, err = r.client.Resource(nodesGVR).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "node-resized"})
+	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager})
 	return err == nil, err
 }
 
@@ -107,12 +108,12 @@ func (r *Relay) setTaint(ctx context.Context, on bool) (bool, error) {
 // the newest). Errors are the API server's, unwrapped, so that
 // apierrors.IsConflict and the like see them.
 func (r *Relay) getNode(ctx context.Context) (*corev1.Node, error) {
-	u, err := r.client.Resource(nodesGVR).Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	u, err := r.client.Resource(objects.Nodes).Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
 	n := &corev1.Node{}
-	if err := fromUnstructured(u, n); err != nil {
+	if err := objects.FromUnstructured(u, n); err != nil {
 		return nil, err
 	}
 	return n, nil

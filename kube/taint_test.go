@@ -13,6 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
 )
 
 var otherTaint = corev1.Taint{Key: "example.com/maintenance", Value: "x", Effect: corev1.TaintEffectNoExecute}
@@ -70,7 +71,7 @@ func TestTaintSetWithTheStatusAndLiftedAfter(t *testing.T) {
 	sp := &specPatches{conflicts: 1}
 	h := startTaintRelay(t, true, sp)
 	h.r.Publish(tainted(status(2, decide.ReasonInProgress)))
-	waitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
+	kubetest.WaitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
 	if got, want := taintsOf(t, h), []corev1.Taint{otherTaint, staleTaint}; !slices.Equal(got, want) {
 		t.Fatalf("taints %+v, want %+v", got, want)
 	}
@@ -79,12 +80,12 @@ func TestTaintSetWithTheStatusAndLiftedAfter(t *testing.T) {
 	}
 	// The same wanted taint again: no second taint patch.
 	h.r.Publish(tainted(status(2, decide.ReasonEmergencyReduced)))
-	waitFor(t, "the second status patch", func() bool { return h.r.Stats().Patches == 2 })
+	kubetest.WaitFor(t, "the second status patch", func() bool { return h.r.Stats().Patches == 2 })
 	if sp.count() != 2 {
 		t.Errorf("%d taint patches after an unchanged taint, want 2", sp.count())
 	}
 	h.r.Publish(status(2, decide.ReasonAccepted))
-	waitFor(t, "the taint lifted", func() bool { return len(taintsOf(t, h)) == 1 })
+	kubetest.WaitFor(t, "the taint lifted", func() bool { return len(taintsOf(t, h)) == 1 })
 	if got := taintsOf(t, h); !slices.Equal(got, []corev1.Taint{otherTaint}) {
 		t.Fatalf("taints %+v: another's taint must stay", got)
 	}
@@ -94,7 +95,7 @@ func TestTaintTurnedOff(t *testing.T) {
 	sp := &specPatches{}
 	h := startTaintRelay(t, false, sp)
 	h.r.Publish(tainted(status(2, decide.ReasonInProgress)))
-	waitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
+	kubetest.WaitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
 	if sp.count() != 0 || len(taintsOf(t, h)) != 1 {
 		t.Fatalf("%d taint patches, taints %+v, with the taint off", sp.count(), taintsOf(t, h))
 	}
@@ -108,9 +109,9 @@ func TestTaintRefusedByNodeRestriction(t *testing.T) {
 		errForbiddenTaints)}
 	h := startTaintRelay(t, true, sp)
 	h.r.Publish(tainted(status(2, decide.ReasonInProgress)))
-	waitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
+	kubetest.WaitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
 	h.r.Publish(tainted(status(2, decide.ReasonEmergencyReduced)))
-	waitFor(t, "the second status patch", func() bool { return h.r.Stats().Patches == 2 })
+	kubetest.WaitFor(t, "the second status patch", func() bool { return h.r.Stats().Patches == 2 })
 	if sp.count() != 1 || testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")) != 1 {
 		t.Errorf("%d taint patches, %v errors; want one of each", sp.count(), testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")))
 	}

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
+	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
@@ -31,9 +33,6 @@ import (
 var NodeResourceTopologyResource = schema.GroupVersionResource{
 	Group: "topology.node.k8s.io", Version: "v1alpha2", Resource: "noderesourcetopologies",
 }
-
-// FieldManager is the field manager of every write node-resized makes.
-const FieldManager = "node-resized"
 
 // The NodeResourceTopology v1alpha2 wire types, as the upstream API
 // (github.com/k8stopologyawareschedwg/noderesourcetopology-api) defines
@@ -228,7 +227,7 @@ type TopologyOptions struct {
 	Metrics *metrics.Metrics
 	// MinBackoff and MaxBackoff bound the retry delay after a failed
 	// write (defaults 200ms and 30s), doubled and jittered as the
-	// relay's (see retryJitter).
+	// relay's (see retry.Jitter).
 	MinBackoff, MaxBackoff time.Duration
 	// Clock is the publisher's clock (default the real one).
 	Clock clock.Clock
@@ -331,18 +330,18 @@ func (p *TopologyPublisher) Stats() TopologyStats {
 // model; a newer model is written at once. It returns nil once ctx is
 // done.
 func (p *TopologyPublisher) Run(ctx context.Context) error {
-	backoff := retryBackoff(p.opts.MinBackoff, p.opts.MaxBackoff)
-	var retry clock.Timer
-	defer func() { stopTimer(retry) }()
+	backoff := retry.Backoff(p.opts.MinBackoff, p.opts.MaxBackoff)
+	var again clock.Timer
+	defer func() { retry.Stop(again) }()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.wake:
-		case <-timerC(retry):
+		case <-retry.C(again):
 		}
-		stopTimer(retry)
-		retry = nil
+		retry.Stop(again)
+		again = nil
 		p.mu.Lock()
 		want, since := p.want, p.since
 		p.mu.Unlock()
@@ -356,10 +355,10 @@ func (p *TopologyPublisher) Run(ctx context.Context) error {
 		if err != nil {
 			delay := backoff.Step()
 			p.failed(err, delay)
-			retry = p.clock.NewTimer(delay)
+			again = p.clock.NewTimer(delay)
 			continue
 		}
-		backoff = retryBackoff(p.opts.MinBackoff, p.opts.MaxBackoff)
+		backoff = retry.Backoff(p.opts.MinBackoff, p.opts.MaxBackoff)
 	}
 }
 
@@ -384,7 +383,7 @@ func (p *TopologyPublisher) write(ctx context.Context, snap *topology.Snapshot, 
 	p.mu.Unlock()
 	if !same {
 		force := true
-		_, err = p.nrts.Patch(ctx, p.opts.NodeName, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+		_, err = p.nrts.Patch(ctx, p.opts.NodeName, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager, Force: &force})
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("apply NodeResourceTopology %s: %w (is the %s CRD installed?)", p.opts.NodeName, err, NodeResourceTopologyResource.GroupResource())
 		}

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/topology"
 )
@@ -263,26 +264,13 @@ func startPublisher(t *testing.T, fail int) (*TopologyPublisher, *applyRecorder,
 		"metadata": map[string]any{"name": "worker-1", "uid": "0f7c-node-uid"},
 	}}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{nodesGVR: "NodeList", NodeResourceTopologyResource: "NodeResourceTopologyList"}, node)
+		map[schema.GroupVersionResource]string{objects.Nodes: "NodeList", NodeResourceTopologyResource: "NodeResourceTopologyList"}, node)
 	rec := &applyRecorder{fail: fail, got: make(chan struct{}, 100)}
 	client.PrependReactor("patch", "noderesourcetopologies", rec.react)
 	m := metrics.New()
 	p := NewTopologyPublisher(client, TopologyOptions{NodeName: "worker-1", Metrics: m,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return after cancel")
-		}
-	})
+	kubetest.Run(t, p.Run)
 	return p, rec, m
 }
 
@@ -298,7 +286,7 @@ func TestTopologyPublisherRetriesTheNewest(t *testing.T) {
 	second := twoNodes()
 	second.Nodes[0].CPUs = zoneCPUs(0, 1)
 	p.Publish(second, time.Now())
-	waitFor(t, "an apply", func() bool { _, a := rec.snapshot(); return len(a) == 1 })
+	kubetest.WaitFor(t, "an apply", func() bool { _, a := rec.snapshot(); return len(a) == 1 })
 	tries, applies := rec.snapshot()
 	if tries != 4 {
 		t.Errorf("%d tries, want 4 (3 failed)", tries)
@@ -323,7 +311,7 @@ func TestTopologyPublisherRetriesTheNewest(t *testing.T) {
 	if z := zoneLines(got.Zones); z[0] != "node-0 Node [node-0=10 node-1=21] cpu=2/2/2 memory=4Gi/4Gi/4Gi" {
 		t.Errorf("applied zone %q, want the newest model's 2 CPUs", z[0])
 	}
-	waitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
+	kubetest.WaitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
 	if s := p.Stats(); s.Applies != 1 || s.LastError != "" {
 		t.Errorf("stats %+v, want 1 apply, no error", s)
 	}
@@ -333,17 +321,17 @@ func TestTopologyPublisherRetriesTheNewest(t *testing.T) {
 	same.Nodes[0].CPUs = zoneCPUs(0, 1)
 	same.MemoryBlockSize = 128 * miB
 	p.Publish(same, time.Time{})
-	waitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
+	kubetest.WaitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
 	if tries2, _ := rec.snapshot(); tries2 != tries {
 		t.Errorf("an unchanged object was applied again (%d tries, had %d)", tries2, tries)
 	}
 	// A different one: written.
 	p.Publish(twoNodes(), time.Time{})
-	waitFor(t, "a second apply", func() bool { _, a := rec.snapshot(); return len(a) == 2 })
+	kubetest.WaitFor(t, "a second apply", func() bool { _, a := rec.snapshot(); return len(a) == 2 })
 
 	// A write that fails may have reached the API server or not: the
 	// model written before it is written again.
-	waitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
+	kubetest.WaitFor(t, "nothing pending", func() bool { return !p.Stats().Pending })
 	for len(rec.got) > 0 {
 		<-rec.got
 	}
@@ -353,7 +341,7 @@ func TestTopologyPublisherRetriesTheNewest(t *testing.T) {
 	p.Publish(second, time.Time{})
 	<-rec.got // failed; before the retry (50ms on), the machine is back
 	p.Publish(twoNodes(), time.Time{})
-	waitFor(t, "a third apply", func() bool { _, a := rec.snapshot(); return len(a) == 3 })
+	kubetest.WaitFor(t, "a third apply", func() bool { _, a := rec.snapshot(); return len(a) == 3 })
 	_, applies = rec.snapshot()
 	if err := json.Unmarshal(applies[2].GetPatch(), &got); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/objects"
 )
 
 // Taking node-resized's marks off its Node, for node-resized --uninstall.
@@ -54,8 +55,8 @@ func (r *Relay) RemoveCondition(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode the condition's removal: %w", err)
 	}
-	_, err = r.client.Resource(nodesGVR).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, body,
-		metav1.PatchOptions{FieldManager: "node-resized"}, "status")
+	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, body,
+		metav1.PatchOptions{FieldManager: objects.FieldManager}, "status")
 	if err != nil {
 		return false, fmt.Errorf("remove condition %s from Node %s: %w", decide.ConditionType, r.opts.NodeName, err)
 	}

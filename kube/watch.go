@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/retry"
 )
 
 // NodeSubscriber receives the Node each time the relay's watch sees it.
@@ -73,7 +74,7 @@ func (r *Relay) watchNode(ctx context.Context) {
 	ctx = logr.NewContext(ctx, logger)
 	expected := &unstructured.Unstructured{}
 	expected.SetGroupVersionKind(nodeGVK)
-	backoff := retryBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+	backoff := retry.Backoff(r.opts.MinBackoff, r.opts.MaxBackoff)
 	refl := cache.NewReflectorWithOptions(r.nodeListWatch(), expected, nodeStore{r}, cache.ReflectorOptions{
 		Name:            "Node " + r.opts.NodeName,
 		TypeDescription: "Node",

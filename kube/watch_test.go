@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/kube/internal/kubetest"
 )
 
 // nodeJSON is the Node worker-1 as an API server newer than the client
@@ -130,20 +131,7 @@ func startRelayOn(t *testing.T, srv *httptest.Server, log *slog.Logger, subs ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return after cancel")
-		}
-	})
+	kubetest.Run(t, r.Run)
 	return r
 }
 
@@ -194,7 +182,7 @@ func TestWatchKeepsUnknownFieldsAndFollowsBookmarks(t *testing.T) {
 		}
 	}
 	want := []struct{ kind, rv string }{{"list", "0"}, {"list", "0"}, {"watch", "10"}, {"watch", "15"}, {"list", ""}, {"watch", "20"}}
-	waitFor(t, "the watch from the new list", func() bool { return len(api.seen()) >= len(want) })
+	kubetest.WaitFor(t, "the watch from the new list", func() bool { return len(api.seen()) >= len(want) })
 	reqs := api.seen()
 	for i, w := range want {
 		kind, query, _ := strings.Cut(reqs[i], " ")
@@ -257,10 +245,10 @@ func TestWatchSyncedAfterTheFirstList(t *testing.T) {
 	open := func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(open) // before srv.Close, which waits for the list in flight
 	r := startRelayOn(t, srv, nil)
-	waitFor(t, "the second list", func() bool { return len(api.seen()) >= 2 })
+	kubetest.WaitFor(t, "the second list", func() bool { return len(api.seen()) >= 2 })
 	if r.Stats().NodeSynced {
 		t.Fatal("NodeSynced before any list answered")
 	}
 	open()
-	waitFor(t, "NodeSynced", func() bool { return r.Stats().NodeSynced })
+	kubetest.WaitFor(t, "NodeSynced", func() bool { return r.Stats().NodeSynced })
 }

@@ -1,4 +1,4 @@
-package kube
+package objects
 
 import (
 	"fmt"
@@ -17,24 +17,27 @@ import (
 // unstructured form with the default converter (reflection over the
 // k8s.io/api struct, no scheme).
 
-// The resources the relay and the evictor use.
+// The built-in resources the relay and the evictor use.
 var (
-	nodesGVR  = corev1.SchemeGroupVersion.WithResource("nodes")
-	podsGVR   = corev1.SchemeGroupVersion.WithResource("pods")
-	eventsGVR = eventsv1.SchemeGroupVersion.WithResource("events")
+	Nodes  = corev1.SchemeGroupVersion.WithResource("nodes")
+	Pods   = corev1.SchemeGroupVersion.WithResource("pods")
+	Events = eventsv1.SchemeGroupVersion.WithResource("events")
 )
 
-// fromUnstructured converts u into the typed object into points at.
-func fromUnstructured(u *unstructured.Unstructured, into any) error {
+// FieldManager is the field manager of every write the daemon makes.
+const FieldManager = "node-resized"
+
+// FromUnstructured converts u into the typed object into points at.
+func FromUnstructured(u *unstructured.Unstructured, into any) error {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), into); err != nil {
 		return fmt.Errorf("read %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	return nil
 }
 
-// toUnstructured converts the typed obj into an unstructured object of
+// ToUnstructured converts the typed obj into an unstructured object of
 // kind gvk (typed objects built in code carry no apiVersion and kind).
-func toUnstructured(obj any, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
+func ToUnstructured(obj any, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", gvk.Kind, err)

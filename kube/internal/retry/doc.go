@@ -1,0 +1,4 @@
+// Package retry paces the API calls of kube/ and its children: the
+// jittered exponential backoff after a failed call, the jittered steady
+// poll, and the nil-safe timer helpers their worker loops select on.
+package retry
