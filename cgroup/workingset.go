@@ -13,7 +13,7 @@ import (
 // inactive_file in memory.stat; on cgroup v1 they are memory.usage_in_bytes
 // and total_inactive_file. qos is "guaranteed", "burstable" or "besteffort"
 // in any case. An error that wraps fs.ErrNotExist means the pod has no
-// cgroup (it is gone, or not started yet). It matches kube.WorkingSetFunc.
+// cgroup (it is gone, or not started yet). It matches evict.WorkingSetFunc.
 func (e *Enforcer) PodWorkingSet(podUID, qos string) (int64, error) {
 	g, err := e.paths.Pod(podUID, qos)
 	if err != nil {

@@ -25,9 +25,9 @@
 // memory at start (cmd/node-resized's TestNoTypedClientset keeps them
 // out).
 //
-// The Evictor brings the node's pods back within a shrunken allocatable in
-// the kubelet's memory-pressure order, through the Eviction API so that
-// PodDisruptionBudgets are honoured (see Rank).
+// The evictor, which brings the node's pods back within a shrunken
+// allocatable, is package kube/evict; the relay gives it its API client
+// (EvictionClient).
 //
 // NodeConfig is node-resizectl's side: it sets a Node's configured capacity
 // where the daemon reads it (spec.configuredCapacity when the API server

@@ -159,7 +159,7 @@ func TestWatchKeepsUnknownFieldsAndFollowsBookmarks(t *testing.T) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	views := make(chan decide.NodeView, 10)
-	logs := &syncBuffer{}
+	logs := &kubetest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	startRelayOn(t, srv, log, NodeSubscriberFunc(func(v decide.NodeView) { views <- v }))
 

@@ -17,6 +17,7 @@ import (
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/kube/evict"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
@@ -33,7 +34,7 @@ type parts struct {
 	enforcer *cgroup.Enforcer
 	relay    *kube.Relay
 	nrt      *kube.TopologyPublisher
-	evictor  *kube.Evictor
+	evictor  *evict.Evictor
 	watcher  *kubelet.Watcher
 	systemd  *kubelet.Systemd
 	api      *api.Server
@@ -150,8 +151,8 @@ func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, l
 }
 
 // newEvictor builds the emergency evictor of the node's pods.
-func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *slog.Logger, m *metrics.Metrics) *kube.Evictor {
-	eo := kube.EvictorOptions{
+func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *slog.Logger, m *metrics.Metrics) *evict.Evictor {
+	eo := evict.Options{
 		NodeName:      o.nodeName,
 		ExclusiveCPUs: kubelet.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
 		Event:         relay.Event,
@@ -161,7 +162,7 @@ func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *s
 	if enforcer != nil {
 		eo.WorkingSet = enforcer.PodWorkingSet
 	}
-	return kube.NewEvictor(relay.EvictionClient(), eo)
+	return evict.New(relay.EvictionClient(), eo)
 }
 
 // newRestarter builds the kubelet's restarter: its unit over D-Bus, its
@@ -207,7 +208,7 @@ func newWatcher(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd, sink kube
 }
 
 // newAgent builds the decision loop over its actuators.
-func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgroup.Enforcer, evictor *kube.Evictor,
+func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgroup.Enforcer, evictor *evict.Evictor,
 	restarter agent.KubeletRestarter, log *slog.Logger, m *metrics.Metrics) *agent.Agent {
 	cfg := agent.Config{
 		Reservations: kcfg.Reservations,

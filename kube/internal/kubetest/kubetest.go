@@ -1,7 +1,9 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,4 +73,23 @@ func Run(t testing.TB, run func(context.Context) error) {
 			t.Errorf("Run did not return after cancel")
 		}
 	})
+}
+
+// Buffer is a bytes.Buffer that is safe for concurrent use, for a test's
+// logger to write to while the test reads it.
+type Buffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

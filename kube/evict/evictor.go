@@ -1,4 +1,4 @@
-package kube
+package evict
 
 import (
 	"context"
@@ -30,22 +30,22 @@ import (
 	"github.com/node-resized/node-resized/metrics"
 )
 
-// DefaultEvictionRetryInterval is about how long the evictor waits before
+// DefaultRetryInterval is about how long the evictor waits before
 // it tries again after a PodDisruptionBudget refused an eviction, and
 // between checks while evicted pods terminate; it is also the first wait
 // after a failed API call.
-const DefaultEvictionRetryInterval = 5 * time.Second
+const DefaultRetryInterval = 5 * time.Second
 
-// DefaultEvictionMaxRetryInterval caps the evictor's backoff while API
+// DefaultMaxRetryInterval caps the evictor's backoff while API
 // calls keep failing.
-const DefaultEvictionMaxRetryInterval = time.Minute
+const DefaultMaxRetryInterval = time.Minute
 
 // WorkingSetFunc reads a pod's memory working set in bytes from its own
 // cgroup; qos is "guaranteed", "burstable" or "besteffort".
 type WorkingSetFunc func(podUID, qos string) (int64, error)
 
-// EvictorOptions configure the evictor.
-type EvictorOptions struct {
+// Options configure the evictor.
+type Options struct {
 	// NodeName is the Node whose pods are evicted.
 	NodeName string
 	// WorkingSet reads a pod's working set. When nil the working sets are
@@ -58,14 +58,14 @@ type EvictorOptions struct {
 	// RetryInterval is the wait before retrying after a PodDisruptionBudget
 	// refused an eviction, and between checks while evicted pods terminate
 	// or pods that may not be evicted do not fit, each wait stretched by a
-	// random factor of up to 1.2 (default DefaultEvictionRetryInterval).
+	// random factor of up to 1.2 (default DefaultRetryInterval).
 	// After a failed API call the wait starts at RetryInterval and doubles
 	// with each failure in a row up to MaxRetryInterval, each stretched by
 	// up to 1.5, so that a fleet spreads its retries after an API server
 	// outage.
 	RetryInterval time.Duration
 	// MaxRetryInterval caps the backoff after failed API calls (default
-	// DefaultEvictionMaxRetryInterval).
+	// DefaultMaxRetryInterval).
 	MaxRetryInterval time.Duration
 	// Clock is the evictor's clock (default the real one).
 	Clock  clock.Clock
@@ -73,7 +73,7 @@ type EvictorOptions struct {
 	// Metrics counts failed API calls as
 	// resize_errors_total{subsystem="eviction"}.
 	Metrics *metrics.Metrics
-	// Event, when set, records a Node event for each eviction (Relay.Event).
+	// Event, when set, records a Node event for each eviction (kube.Relay.Event).
 	Event func(eventType decide.EventType, reason, message string)
 }
 
@@ -97,7 +97,7 @@ type EvictorOptions struct {
 // so that the kubelet's order is kept.
 type Evictor struct {
 	client dynamic.Interface
-	opts   EvictorOptions
+	opts   Options
 	log    *slog.Logger
 	m      *metrics.Metrics
 	clock  clock.Clock
@@ -125,9 +125,9 @@ type Evictor struct {
 	failures wait.Backoff           // the backoff after failed API calls; reset by a pass without one
 }
 
-// NewEvictor returns an evictor for the pods of opts.NodeName that lists
-// and evicts them through client (Relay.EvictionClient).
-func NewEvictor(client dynamic.Interface, opts EvictorOptions) *Evictor {
+// New returns an evictor for the pods of opts.NodeName that lists
+// and evicts them through client (kube.Relay.EvictionClient).
+func New(client dynamic.Interface, opts Options) *Evictor {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,10 +135,10 @@ func NewEvictor(client dynamic.Interface, opts EvictorOptions) *Evictor {
 		opts.Metrics = metrics.New()
 	}
 	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = DefaultEvictionRetryInterval
+		opts.RetryInterval = DefaultRetryInterval
 	}
 	if opts.MaxRetryInterval < opts.RetryInterval {
-		opts.MaxRetryInterval = max(DefaultEvictionMaxRetryInterval, opts.RetryInterval)
+		opts.MaxRetryInterval = max(DefaultMaxRetryInterval, opts.RetryInterval)
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}

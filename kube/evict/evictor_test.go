@@ -1,7 +1,6 @@
-package kube
+package evict
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +60,7 @@ type evHarness struct {
 	client  *dynamicfake.FakeDynamicClient
 	ev      *Evictor
 	m       *metrics.Metrics
-	logs    *syncBuffer
+	logs    *kubetest.Buffer
 	clock   *clocktesting.FakeClock
 
 	mu       sync.Mutex // guards the fields below
@@ -86,35 +85,18 @@ func (h *evHarness) start(ctx context.Context, ev decide.Evict) {
 	h.ev.Start(ctx, ev, nil, h.report)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptions)) *evHarness {
+func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*Options)) *evHarness {
 	t.Helper()
 	objs := make([]runtime.Object, len(pods))
 	for i, p := range pods {
 		objs[i] = p
 	}
-	h := &evHarness{t: t, client: fakeAPI(t, objs...), m: metrics.New(), logs: &syncBuffer{},
+	h := &evHarness{t: t, client: kubetest.FakeAPI(t, objs...), m: metrics.New(), logs: &kubetest.Buffer{},
 		// A day ahead: a test passes only if the evictor reads this clock.
 		clock: clocktesting.NewFakeClock(time.Now().Add(24 * time.Hour)),
 		ws:    map[string]int64{}, reported: make(chan struct{}, 1000)}
 	h.client.PrependReactor("create", "pods", h.react)
-	opts := EvictorOptions{
+	opts := Options{
 		NodeName: evNode,
 		WorkingSet: func(uid, qos string) (int64, error) {
 			h.mu.Lock()
@@ -138,7 +120,7 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*EvictorOptio
 	if configure != nil {
 		configure(&opts)
 	}
-	h.ev = NewEvictor(h.client, opts)
+	h.ev = New(h.client, opts)
 	return h
 }
 
@@ -537,7 +519,7 @@ func TestEvictorGuaranteedPodsLosingExclusiveCPUs(t *testing.T) {
 		evPod("pinned", "1Gi", 1000, corev1.PodQOSGuaranteed),
 		evPod("pinned-ok", "1Gi", 0, corev1.PodQOSGuaranteed),
 		evPod("burstable", "1Gi", 0, corev1.PodQOSBurstable),
-	}, func(o *EvictorOptions) {
+	}, func(o *Options) {
 		o.ExclusiveCPUs = func() (map[string][]int, error) {
 			return map[string][]int{"uid-pinned": {2, 3}, "uid-pinned-ok": {1}, "uid-burstable": {3}}, nil
 		}
@@ -657,7 +639,7 @@ func TestEvictorWithoutWorkingSets(t *testing.T) {
 		evPod("small", "1Gi", 0, corev1.PodQOSBurstable),
 		evPod("big", "3Gi", 0, corev1.PodQOSBurstable),
 		evPod("important", "4Gi", 100, corev1.PodQOSBurstable),
-	}, func(o *EvictorOptions) { o.WorkingSet = nil })
+	}, func(o *Options) { o.WorkingSet = nil })
 	h.run()
 	h.start(context.Background(), evictOrder(1, 5<<30))
 	h.waitReport("Done", evDone(1))
