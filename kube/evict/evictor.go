@@ -559,7 +559,7 @@ func (e *Evictor) noteProtectedOnOfflineCPUs(usages []PodUsage, online []int, ex
 		}
 		if gone := offlineCPUs(exclusive[u.UID], set); len(gone) > 0 {
 			e.once("cpu/"+u.UID, slog.LevelWarn, "exclusive CPUs of a pod that may not be evicted are offline; leaving it",
-				"pod", u.String(), "cpus", cpuList(gone), "why", u.Protected)
+				"pod", u.String(), "cpus", gone.String(), "why", u.Protected)
 		}
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/topology"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -118,7 +118,7 @@ func Rank(pods []PodUsage, allocatable resources.List, onlineCPUs []int, exclusi
 	for _, p := range pods {
 		if p.Protected == "" && p.QOS == qosGuaranteedName && len(online) > 0 {
 			if gone := offlineCPUs(exclusive[p.UID], online); len(gone) > 0 {
-				p.Why = fmt.Sprintf("its exclusive CPUs %s are no longer online", cpuList(gone))
+				p.Why = fmt.Sprintf("its exclusive CPUs %s are no longer online", gone)
 				cpuVictims = append(cpuVictims, p)
 				continue
 			}
@@ -197,9 +197,10 @@ func describeMemory(p PodUsage) string {
 		resources.Format(resources.Memory, p.WorkingSet), req, p.Priority)
 }
 
-// offlineCPUs returns the CPUs of cpus that are not online, sorted.
-func offlineCPUs(cpus []int, online map[int]bool) []int {
-	var gone []int
+// offlineCPUs returns the CPUs of cpus that are not online, as a set
+// (printed in the kernel's list format, "0-3,8", as everywhere else).
+func offlineCPUs(cpus []int, online map[int]bool) topology.CPUSet {
+	var gone topology.CPUSet
 	for _, c := range cpus {
 		if !online[c] {
 			gone = append(gone, c)
@@ -207,14 +208,6 @@ func offlineCPUs(cpus []int, online map[int]bool) []int {
 	}
 	slices.Sort(gone)
 	return slices.Compact(gone)
-}
-
-func cpuList(cpus []int) string {
-	s := make([]string, len(cpus))
-	for i, c := range cpus {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
 
 // QoS classes as the cgroup hierarchy spells them.

@@ -268,11 +268,11 @@ func TestRankWhy(t *testing.T) {
 	victims, _ := Rank([]PodUsage{
 		evWith(evUsage("pinned", 1*evGi, 1*evGi, 0), evGuaranteed),
 		evUsage("over", 1*evGi, 3*evGi, 7),
-	}, evMem(1*evGi), []int{0, 1}, map[string][]int{"uid-pinned": {1, 3, 2}})
+	}, evMem(1*evGi), []int{0, 1}, map[string][]int{"uid-pinned": {1, 5, 3, 2}})
 	if len(victims) != 2 {
 		t.Fatalf("victims %v", victims)
 	}
-	if !strings.Contains(victims[0].Why, "exclusive CPUs 2,3 are no longer online") {
+	if !strings.Contains(victims[0].Why, "exclusive CPUs 2-3,5 are no longer online") {
 		t.Errorf("CPU victim: Why = %q", victims[0].Why)
 	}
 	for _, s := range []string{"3Gi, over allocatable memory 1Gi", "working set 3Gi, request 1Gi, priority 7"} {
