@@ -34,13 +34,8 @@
 // keeps it, the annotation otherwise) and watches the Node while the daemon
 // answers in its CapacityConfigured condition.
 //
-// The TopologyPublisher keeps the Node's NodeResourceTopology object
-// (topology.node.k8s.io/v1alpha2, the custom resource of node-feature-
-// discovery's topology-updater and the scheduler's
-// NodeResourceTopologyMatch plugin) equal to the newest machine model: one
-// zone per NUMA node, written with server-side apply and owned by the
-// Node (see BuildTopology). It is told of each model change and writes at
-// once; it does not poll.
+// The NodeResourceTopology publisher is package kube/nrt; the relay
+// gives it its API client (Client).
 //
 // For node-resized --uninstall, RemoveCondition, RemoveTaint and
 // RecordRemoval take node-resized's marks off the Node (its condition, its

@@ -307,6 +307,13 @@ func (r *Relay) EvictionClient() dynamic.Interface {
 	return r.client
 }
 
+// Client returns the API client the relay reads the Node through, for
+// the other writers of the Node's objects (the NodeResourceTopology
+// publisher, kube/nrt).
+func (r *Relay) Client() dynamic.Interface {
+	return r.dyn
+}
+
 // Run runs the relay until ctx is done: the event writer, the status
 // patch worker and the Node watch, each on a goroutine of its own that
 // ends with ctx and is waited for before Run returns (the event writer

@@ -18,6 +18,7 @@ import (
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kube/evict"
+	"github.com/node-resized/node-resized/kube/nrt"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
@@ -33,7 +34,7 @@ type parts struct {
 	onliner  *autoonline.Onliner
 	enforcer *cgroup.Enforcer
 	relay    *kube.Relay
-	nrt      *kube.TopologyPublisher
+	nrt      *nrt.Publisher
 	evictor  *evict.Evictor
 	watcher  *kubelet.Watcher
 	systemd  *kubelet.Systemd
@@ -136,8 +137,8 @@ func newEnforcer(o *options, kcfg *kubelet.Config, log *slog.Logger, m *metrics.
 // newTopologyPublisher builds the writer of the Node's
 // NodeResourceTopology object, with what the kubelet's configuration says
 // about topology.
-func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, log *slog.Logger, m *metrics.Metrics) *kube.TopologyPublisher {
-	kt := kube.KubeletTopology{
+func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, log *slog.Logger, m *metrics.Metrics) *nrt.Publisher {
+	kt := nrt.KubeletTopology{
 		TopologyManagerPolicy: kcfg.TopologyManagerPolicy,
 		ReservedCPUs:          topology.CPUSet(kcfg.ReservedCPUs),
 	}
@@ -147,7 +148,7 @@ func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, l
 	if rm, err := kcfg.ReservedMemory(); err == nil {
 		kt.ReservedMemory = rm
 	}
-	return relay.TopologyPublisher(kube.TopologyOptions{NodeName: o.nodeName, Kubelet: kt, Logger: log, Metrics: m})
+	return nrt.New(relay.Client(), nrt.Options{NodeName: o.nodeName, Kubelet: kt, Logger: log, Metrics: m})
 }
 
 // newEvictor builds the emergency evictor of the node's pods.
