@@ -17,13 +17,14 @@ import (
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 )
 
 // Relay publishes to the API server. *kube.Relay satisfies it. Neither
 // method may block.
 type Relay interface {
-	Publish(decide.NodeStatus)
-	Event(eventType decide.EventType, reason, message string)
+	Publish(types.NodeStatus)
+	Event(eventType types.EventType, reason, message string)
 }
 
 // Enforcer applies kubepods cgroup limits. It is called on the agent's
@@ -53,7 +54,7 @@ type WriteTimer interface {
 type Evictor interface {
 	// Start begins bringing the pods within e's allocatable, with the
 	// CPUs online now; progress goes to report.
-	Start(ctx context.Context, e decide.Evict, online []int, report func(decide.EvictionReport))
+	Start(ctx context.Context, e decide.Evict, online []int, report func(types.EvictionReport))
 }
 
 // KubeletRestarter restarts the kubelet into a changed machine
@@ -79,10 +80,10 @@ const (
 type LocalRelay struct{}
 
 // Publish implements Relay: nothing to publish without a cluster.
-func (LocalRelay) Publish(decide.NodeStatus) {}
+func (LocalRelay) Publish(types.NodeStatus) {}
 
 // Event implements Relay: the agent has logged the event already.
-func (LocalRelay) Event(decide.EventType, string, string) {}
+func (LocalRelay) Event(types.EventType, string, string) {}
 
 var (
 	_ Relay = LocalRelay{}
@@ -120,14 +121,14 @@ type Config struct {
 
 // Status is the agent's view for the local API. It is a plain value.
 type Status struct {
-	Configured       decide.Configured `json:"configured"`
-	ConfiguredSource string            `json:"configuredSource,omitempty"`
-	Target           resources.List    `json:"target,omitempty"`
-	Allocatable      resources.List    `json:"allocatable,omitempty"`
-	Condition        decide.Condition  `json:"condition"`
-	Error            string            `json:"error,omitempty"`
-	Decisions        uint64            `json:"decisions"`
-	LastDecision     time.Time         `json:"lastDecision,omitempty"`
+	Configured       types.Configured `json:"configured"`
+	ConfiguredSource string           `json:"configuredSource,omitempty"`
+	Target           resources.List   `json:"target,omitempty"`
+	Allocatable      resources.List   `json:"allocatable,omitempty"`
+	Condition        types.Condition  `json:"condition"`
+	Error            string           `json:"error,omitempty"`
+	Decisions        uint64           `json:"decisions"`
+	LastDecision     time.Time        `json:"lastDecision,omitempty"`
 	// Taint is the taint node-resized keeps on the Node while the kubelet
 	// has not adopted a loss (--taint-while-stale); empty when none.
 	Taint string `json:"taint,omitempty"`
@@ -139,7 +140,7 @@ type Status struct {
 // KubeletStatus is the kubelet's view and the restarts' state, for the
 // local API. It is a plain value.
 type KubeletStatus struct {
-	decide.KubeletView
+	types.KubeletView
 	// Restart is the restart mode (auto, never); RestartBlocked why the
 	// kubelet may not be restarted now (empty when it may, or need not).
 	Restart        string `json:"restart"`
@@ -173,13 +174,13 @@ type Agent struct {
 	physical     *decide.Physical
 	snap         *topology.Snapshot
 	since        time.Time // first uevent of the hardware changes no pass has decided on yet
-	configured   decide.Configured
+	configured   types.Configured
 	source       string
 	haveNode     bool
-	eviction     decide.EvictionReport
+	eviction     types.EvictionReport
 	stateFileErr bool
-	kubelet      *decide.KubeletView  // nil until the first view
-	report       decide.RestartReport // of the last restart that ended
+	kubelet      *types.KubeletView  // nil until the first view
+	report       types.RestartReport // of the last restart that ended
 	restarting   bool
 	lastRestart  *RestartRecord
 	restarts     sync.WaitGroup
@@ -278,7 +279,7 @@ func (a *Agent) lastPhysical(name string) (int64, bool) {
 // OnNode takes a new view of the Node (the configured capacity). Until the
 // first view arrives, the agent decides with the configured capacity it
 // remembers from its state file (bootstrap parity).
-func (a *Agent) OnNode(v decide.NodeView) {
+func (a *Agent) OnNode(v types.NodeView) {
 	a.mu.Lock()
 	a.configured, a.source, a.haveNode = v.Configured, v.Source, true
 	a.mu.Unlock()
@@ -286,7 +287,7 @@ func (a *Agent) OnNode(v decide.NodeView) {
 }
 
 // ReportEviction takes the evictor's progress.
-func (a *Agent) ReportEviction(r decide.EvictionReport) {
+func (a *Agent) ReportEviction(r types.EvictionReport) {
 	a.mu.Lock()
 	a.eviction = r
 	a.mu.Unlock()
@@ -302,7 +303,7 @@ func (a *Agent) SetAfterRestart(f func()) {
 }
 
 // OnKubelet takes a new view of the running kubelet.
-func (a *Agent) OnKubelet(v decide.KubeletView) {
+func (a *Agent) OnKubelet(v types.KubeletView) {
 	a.mu.Lock()
 	a.kubelet = &v
 	a.mu.Unlock()
@@ -374,7 +375,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 			// The first pass of this process publishes what it stands
 			// for even when nothing changed: the Node may show
 			// something else after a restart.
-			a.relay.Publish(decide.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: p.since,
+			a.relay.Publish(types.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: p.since,
 				Taint: d.Next.Tainted})
 			published = true
 		}
@@ -449,7 +450,7 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 	for _, act := range d.Actions {
 		switch x := act.(type) {
 		case decide.PatchNodeStatus:
-			a.relay.Publish(decide.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: p.since,
+			a.relay.Publish(types.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: p.since,
 				Taint: x.Taint})
 			published = true
 		case decide.EmitEvent:
@@ -469,7 +470,7 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 // restartBlocked says why the kubelet may not be restarted now; empty when
 // it may. The checkpoints are checked only while the kubelet is stale (a
 // restart may be wanted).
-func (a *Agent) restartBlocked(v decide.KubeletView, evicting, restarting bool, snap *topology.Snapshot) string {
+func (a *Agent) restartBlocked(v types.KubeletView, evicting, restarting bool, snap *topology.Snapshot) string {
 	unit := a.cfg.KubeletUnit
 	why := ""
 	switch {
@@ -527,7 +528,7 @@ func (a *Agent) restart(ctx context.Context, x decide.RestartKubelet, at time.Ti
 // restarted records how a restart ended and asks for a pass.
 func (a *Agent) restarted(at time.Time, res string, err error) {
 	rec := &RestartRecord{At: at, Result: res}
-	report := decide.RestartReport{At: at}
+	report := types.RestartReport{At: at}
 	switch {
 	case err != nil:
 		rec.Error = err.Error()
@@ -585,7 +586,7 @@ func (a *Agent) evict(ctx context.Context, x decide.Evict, snap *topology.Snapsh
 	if a.cfg.Evictor == nil {
 		a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
 		a.mu.Lock()
-		a.eviction = decide.EvictionReport{Generation: x.Generation, Done: true}
+		a.eviction = types.EvictionReport{Generation: x.Generation, Done: true}
 		a.mu.Unlock()
 		return true
 	}
@@ -604,7 +605,7 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 		Generation:  in.Previous.Generation,
 		Capacity:    in.Previous.Applied,
 		Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
-		Reason:      decide.EvictionReason,
+		Reason:      types.EvictionReason,
 	}, onlineCPUs(snap), a.ReportEviction)
 }
 
@@ -640,7 +641,7 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 		LastDecision:     p.in.Now,
 	}
 	if d.Next.Tainted {
-		a.status.Taint = decide.TaintKey + ":NoSchedule"
+		a.status.Taint = types.TaintKey + ":NoSchedule"
 		a.m.Tainted.Set(1)
 	} else {
 		a.m.Tainted.Set(0)
@@ -667,8 +668,8 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 
 // exportCondition sets node_resized_capacity_condition: 1 for reason, 0
 // for the others.
-func (a *Agent) exportCondition(reason decide.Reason) {
-	for _, r := range decide.Reasons {
+func (a *Agent) exportCondition(reason types.Reason) {
+	for _, r := range types.Reasons {
 		v := 0.0
 		if r == reason {
 			v = 1
@@ -709,16 +710,16 @@ func sameState(a, b decide.State) bool {
 
 // configuredFromKey rebuilds a configured capacity from the canonical key
 // the state file keeps, for the passes before the Node is read.
-func configuredFromKey(key string) decide.Configured {
+func configuredFromKey(key string) types.Configured {
 	if key == "" {
-		return decide.Configured{}
+		return types.Configured{}
 	}
 	var raw map[string]string
 	if err := json.Unmarshal([]byte(key), &raw); err != nil {
-		return decide.Configured{}
+		return types.Configured{}
 	}
 	if inv, ok := raw["invalid"]; ok && len(raw) == 1 {
-		return decide.Configured{Present: true, Invalid: inv}
+		return types.Configured{Present: true, Invalid: inv}
 	}
-	return decide.Configured{Present: true, Raw: raw}
+	return types.Configured{Present: true, Raw: raw}
 }

@@ -22,32 +22,33 @@ import (
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 )
 
 // fakeRelay records what the agent publishes.
 type fakeRelay struct {
 	mu       sync.Mutex
-	statuses []decide.NodeStatus
+	statuses []types.NodeStatus
 	events   []decide.EmitEvent
 }
 
-func (f *fakeRelay) Publish(s decide.NodeStatus) {
+func (f *fakeRelay) Publish(s types.NodeStatus) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.statuses = append(f.statuses, s)
 }
 
-func (f *fakeRelay) Event(t decide.EventType, reason, msg string) {
+func (f *fakeRelay) Event(t types.EventType, reason, msg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events = append(f.events, decide.EmitEvent{Type: t, Reason: reason, Message: msg})
 }
 
-func (f *fakeRelay) last() (decide.NodeStatus, bool) {
+func (f *fakeRelay) last() (types.NodeStatus, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.statuses) == 0 {
-		return decide.NodeStatus{}, false
+		return types.NodeStatus{}, false
 	}
 	return f.statuses[len(f.statuses)-1], true
 }
@@ -72,12 +73,12 @@ func machine(cpus int) *topology.Snapshot {
 	return &topology.Snapshot{CPUs: topology.CPUs{Online: online}, Nodes: []topology.Node{node}, MemTotal: 16 << 30}
 }
 
-func conf(kv ...string) decide.NodeView {
+func conf(kv ...string) types.NodeView {
 	raw := map[string]string{}
 	for i := 0; i < len(kv); i += 2 {
 		raw[kv[i]] = kv[i+1]
 	}
-	return decide.NodeView{Configured: decide.Configured{Present: true, Raw: raw}, Source: decide.SourceAnnotation}
+	return types.NodeView{Configured: types.Configured{Present: true, Raw: raw}, Source: types.SourceAnnotation}
 }
 
 type run struct {
@@ -108,7 +109,7 @@ func (r *run) stop() {
 }
 
 // settle waits until the published condition has the reason.
-func (r *run) settle(reason decide.Reason, cpu int64) decide.NodeStatus {
+func (r *run) settle(reason types.Reason, cpu int64) types.NodeStatus {
 	r.t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if s, ok := r.relay.last(); ok && s.Condition.Reason == reason && s.Capacity["cpu"] == cpu*1000 {
@@ -117,7 +118,7 @@ func (r *run) settle(reason decide.Reason, cpu int64) decide.NodeStatus {
 	}
 	s, _ := r.relay.last()
 	r.t.Fatalf("condition %s/%s cpu %d, want %s with cpu %d", s.Condition.Status, s.Condition.Reason, s.Capacity["cpu"]/1000, reason, cpu)
-	return decide.NodeStatus{}
+	return types.NodeStatus{}
 }
 
 func hw(r *run, cpus int, latency time.Duration) {
@@ -132,7 +133,7 @@ func hw(r *run, cpus int, latency time.Duration) {
 func TestSinceIsTheChangeThePatchCarries(t *testing.T) {
 	r := startAgent(t, filepath.Join(t.TempDir(), "state.json"))
 	hw(r, 4, 0)
-	r.settle(decide.ReasonAccepted, 4)
+	r.settle(types.ReasonAccepted, 4)
 	n := r.a.Status().Decisions
 	hw(r, 4, time.Hour) // the same machine, from an uevent an hour ago
 	for deadline := time.Now().Add(10 * time.Second); r.a.Status().Decisions == n; time.Sleep(time.Millisecond) {
@@ -141,7 +142,7 @@ func TestSinceIsTheChangeThePatchCarries(t *testing.T) {
 		}
 	}
 	hw(r, 2, 3*time.Millisecond)
-	r.settle(decide.ReasonAccepted, 2)
+	r.settle(types.ReasonAccepted, 2)
 	r.relay.mu.Lock()
 	defer r.relay.mu.Unlock()
 	for _, s := range r.relay.statuses {
@@ -159,12 +160,12 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	r := startAgent(t, state)
 	r.a.OnNode(conf("cpu", "4"))
 	hw(r, 4, 0)
-	r.settle(decide.ReasonAccepted, 4)
+	r.settle(types.ReasonAccepted, 4)
 
 	// The hypervisor takes two CPUs away.
 	hw(r, 2, 3*time.Millisecond)
-	r.settle(decide.ReasonEmergencyReduced, 2)
-	r.waitCondition(decide.ReasonEmergencyReduced)
+	r.settle(types.ReasonEmergencyReduced, 2)
+	r.waitCondition(types.ReasonEmergencyReduced)
 	// The first status published for the loss carries the time of the
 	// hardware event (the relay keeps the earliest one until a patch lands).
 	r.relay.mu.Lock()
@@ -179,38 +180,38 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	if since.IsZero() || time.Since(since) > time.Minute {
 		t.Errorf("no status for the loss carries the hardware-event time")
 	}
-	if reasons := r.relay.eventReasons(); !contains(reasons, decide.EventEmergencyCapacityReduced) {
-		t.Errorf("events %v, want a %s warning", reasons, decide.EventEmergencyCapacityReduced)
+	if reasons := r.relay.eventReasons(); !contains(reasons, types.EventEmergencyCapacityReduced) {
+		t.Errorf("events %v, want a %s warning", reasons, types.EventEmergencyCapacityReduced)
 	}
 	r.stop()
 
 	// The daemon restarts while the API server is away: it must remember
 	// the clamp and the spec it refused, from the state file alone.
 	r2 := startAgent(t, state)
-	if got := r2.a.State().Condition.Reason; got != decide.ReasonEmergencyReduced {
+	if got := r2.a.State().Condition.Reason; got != types.ReasonEmergencyReduced {
 		t.Fatalf("state after restart: %s, want EmergencyReduced", got)
 	}
-	r2.waitCondition(decide.ReasonEmergencyReduced) // from the state file, before any decision
+	r2.waitCondition(types.ReasonEmergencyReduced) // from the state file, before any decision
 	hw(r2, 2, 0)
-	r2.settle(decide.ReasonEmergencyReduced, 2)
-	if reasons := r2.relay.eventReasons(); contains(reasons, decide.EventEmergencyCapacityReduced) {
+	r2.settle(types.ReasonEmergencyReduced, 2)
+	if reasons := r2.relay.eventReasons(); contains(reasons, types.EventEmergencyCapacityReduced) {
 		t.Errorf("the restart repeated the emergency warning: %v", reasons)
 	}
 	// The administrator lowers the spec to what is there.
 	r2.a.OnNode(conf("cpu", "2"))
-	r2.settle(decide.ReasonAccepted, 2)
-	r2.waitCondition(decide.ReasonAccepted)
+	r2.settle(types.ReasonAccepted, 2)
+	r2.waitCondition(types.ReasonAccepted)
 }
 
 // waitCondition waits until node_resized_capacity_condition is 1 for
 // reason and 0 for every other reason.
-func (r *run) waitCondition(reason decide.Reason) {
+func (r *run) waitCondition(reason types.Reason) {
 	r.t.Helper()
-	var got map[decide.Reason]float64
+	var got map[types.Reason]float64
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		got = map[decide.Reason]float64{}
+		got = map[types.Reason]float64{}
 		ok := true
-		for _, x := range decide.Reasons {
+		for _, x := range types.Reasons {
 			got[x] = testutil.ToFloat64(r.a.m.CapacityCondition.WithLabelValues(string(x)))
 			if (x == reason) != (got[x] == 1) {
 				ok = false
@@ -227,26 +228,26 @@ func TestPathA1InfeasibleThenHardwareArrives(t *testing.T) {
 	r := startAgent(t, "")
 	r.a.OnNode(conf("cpu", "4"))
 	hw(r, 2, 0)
-	r.settle(decide.ReasonInfeasible, 2)
+	r.settle(types.ReasonInfeasible, 2)
 	hw(r, 4, time.Millisecond)
-	r.settle(decide.ReasonAccepted, 4)
+	r.settle(types.ReasonAccepted, 4)
 }
 
 func TestPathA2WithEvictionOff(t *testing.T) {
 	r := startAgent(t, "")
 	r.a.OnNode(conf("cpu", "4"))
 	hw(r, 4, 0)
-	r.settle(decide.ReasonAccepted, 4)
+	r.settle(types.ReasonAccepted, 4)
 	r.a.OnNode(conf("cpu", "2"))
 	// Eviction is off, so the downscale completes on its own.
-	r.settle(decide.ReasonAccepted, 2)
+	r.settle(types.ReasonAccepted, 2)
 }
 
 func TestGarbageSpecIsInfeasible(t *testing.T) {
 	r := startAgent(t, "")
 	hw(r, 4, 0)
-	r.a.OnNode(decide.NodeView{Configured: decide.Configured{Present: true, Invalid: "annotation is not a JSON object"}})
-	s := r.settle(decide.ReasonInfeasible, 4)
+	r.a.OnNode(types.NodeView{Configured: types.Configured{Present: true, Invalid: "annotation is not a JSON object"}})
+	s := r.settle(types.ReasonInfeasible, 4)
 	if !strings.Contains(s.Condition.Message, "not a JSON object") {
 		t.Errorf("message %q does not say what is wrong", s.Condition.Message)
 	}
@@ -270,7 +271,7 @@ func TestCorruptStateFileIsMovedAside(t *testing.T) {
 		t.Errorf("the kept file changed: %q", b)
 	}
 	hw(r, 2, 0)
-	r.settle(decide.ReasonAccepted, 2)
+	r.settle(types.ReasonAccepted, 2)
 	if _, err := LoadState(state); err != nil {
 		t.Errorf("the new state file does not load: %v", err)
 	}
@@ -326,7 +327,7 @@ func (e orderEnforcer) Apply(_ context.Context, a decide.Action, _ *topology.Sna
 
 type orderEvictor struct{ log *orderLog }
 
-func (e orderEvictor) Start(context.Context, decide.Evict, []int, func(decide.EvictionReport)) {
+func (e orderEvictor) Start(context.Context, decide.Evict, []int, func(types.EvictionReport)) {
 	e.log.add("Evict")
 }
 
@@ -335,12 +336,12 @@ type orderRelay struct {
 	log *orderLog
 }
 
-func (r *orderRelay) Publish(s decide.NodeStatus) {
+func (r *orderRelay) Publish(s types.NodeStatus) {
 	r.log.add("Publish/" + string(s.Condition.Reason))
 	r.fakeRelay.Publish(s)
 }
 
-func (r *orderRelay) Event(t decide.EventType, reason, msg string) {
+func (r *orderRelay) Event(t types.EventType, reason, msg string) {
 	r.log.add("Event/" + reason)
 	r.fakeRelay.Event(t, reason, msg)
 }
@@ -352,7 +353,7 @@ func TestClampComesBeforeAnyAPICall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go a.Run(ctx)
-	a.OnNode(decide.NodeView{})
+	a.OnNode(types.NodeView{})
 	m4 := machine(4)
 	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m4.Capacity()}, m4)
 	waitUntil(t, func() bool { _, ok := relay.last(); return ok })
@@ -419,7 +420,7 @@ func runOnFourCPUs(t *testing.T, cfg Config, at time.Time) *Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go a.Run(ctx)
-	a.OnNode(decide.NodeView{})
+	a.OnNode(types.NodeView{})
 	m := machine(4)
 	a.OnChange(monitor.Change{Time: at, Capacity: m.Capacity()}, m)
 	waitUntil(t, func() bool { return a.Status().Decisions > 0 })

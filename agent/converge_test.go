@@ -13,6 +13,7 @@ import (
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/cgroup/cgrouptest"
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 )
 
 func TestMain(m *testing.M) {
@@ -57,30 +58,30 @@ func TestConvergeAtStartClampsKubepods(t *testing.T) {
 	t.Run("no state: clamped as Path B", func(t *testing.T) {
 		r, kubepods := start(t, "")
 		hw(r, 2, 0)
-		r.settle(decide.ReasonAccepted, 2)
+		r.settle(types.ReasonAccepted, 2)
 		if got, want := readTrim(t, filepath.Join(kubepods, "cpu.weight")), weight(2); got != want {
 			t.Errorf("cpu.weight %s, want %s (the kubelet's for 2 CPUs)", got, want)
 		}
-		if !slices.Contains(r.relay.eventReasons(), decide.EventEmergencyCapacityReduced) {
-			t.Errorf("events %v, want a Warning %s", r.relay.eventReasons(), decide.EventEmergencyCapacityReduced)
+		if !slices.Contains(r.relay.eventReasons(), types.EventEmergencyCapacityReduced) {
+			t.Errorf("events %v, want a Warning %s", r.relay.eventReasons(), types.EventEmergencyCapacityReduced)
 		}
 		r.relay.mu.Lock()
 		first := r.relay.statuses[0]
 		r.relay.mu.Unlock()
-		if first.Condition.Reason != decide.ReasonInProgress || !strings.Contains(first.Condition.Message, "while node-resized was not running") || !first.Taint {
+		if first.Condition.Reason != types.ReasonInProgress || !strings.Contains(first.Condition.Message, "while node-resized was not running") || !first.Taint {
 			t.Errorf("first status %+v, want InProgress saying the machine shrank while the daemon was down, with the taint", first)
 		}
 	})
 	t.Run("resumed from state: not read", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "state.json")
 		st := decide.State{Version: decide.StateVersion, Applied: machine(2).Capacity(), Physical: machine(2).Capacity(),
-			Outcome: decide.ReasonAccepted, Condition: decide.Condition{Status: decide.StatusTrue, Reason: decide.ReasonAccepted}}
+			Outcome: types.ReasonAccepted, Condition: types.Condition{Status: types.StatusTrue, Reason: types.ReasonAccepted}}
 		if err := SaveState(path, st); err != nil {
 			t.Fatal(err)
 		}
 		r, kubepods := start(t, path)
 		hw(r, 2, 0)
-		r.settle(decide.ReasonAccepted, 2)
+		r.settle(types.ReasonAccepted, 2)
 		if got, want := readTrim(t, filepath.Join(kubepods, "cpu.weight")), weight(4); got != want {
 			t.Errorf("cpu.weight %s, want it left at %s", got, want)
 		}
@@ -100,9 +101,9 @@ func TestReservedCPUGone(t *testing.T) {
 	go func() { r.done <- r.a.Run(ctx) }()
 	t.Cleanup(r.stop)
 	hw(r, 4, 0)
-	r.settle(decide.ReasonAccepted, 4)
+	r.settle(types.ReasonAccepted, 4)
 	hw(r, 3, 0) // CPU 3 goes
-	s := r.settle(decide.ReasonEmergencyReduced, 3)
+	s := r.settle(types.ReasonEmergencyReduced, 3)
 	if !strings.Contains(s.Condition.Message, "reserved CPU 3") {
 		t.Fatalf("message %q, want CPU 3 named", s.Condition.Message)
 	}

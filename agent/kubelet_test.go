@@ -16,6 +16,7 @@ import (
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 )
 
 // fakeRestarter records restarts; each waits until the test releases it
@@ -61,7 +62,7 @@ type rig struct {
 	relay   *fakeRelay
 	r       *fakeRestarter
 	m       *metrics.Metrics
-	kubelet decide.KubeletView
+	kubelet types.KubeletView
 }
 
 var k0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -87,11 +88,11 @@ func newRig(t *testing.T, cpus int, cfg func(*Config)) *rig {
 		}
 		rg.a.restarts.Wait()
 	})
-	rg.a.OnNode(decide.NodeView{})
-	rg.kubelet = decide.KubeletView{Unit: "kubelet.service", LoadState: "loaded", ActiveState: "active", SubState: "running",
+	rg.a.OnNode(types.NodeView{})
+	rg.kubelet = types.KubeletView{Unit: "kubelet.service", LoadState: "loaded", ActiveState: "active", SubState: "running",
 		MainPID: 100, Ready: true, Capacity: resources.List{resources.CPU: int64(cpus) * 1000, resources.Memory: 16 << 30}}
 	rg.hardware(cpus)
-	rg.expect(decide.ReasonAccepted, "")
+	rg.expect(types.ReasonAccepted, "")
 	return rg
 }
 
@@ -111,7 +112,7 @@ func (rg *rig) at(d time.Duration) {
 	rg.a.pass(rg.ctx)
 }
 
-func (rg *rig) expect(reason decide.Reason, message string) {
+func (rg *rig) expect(reason types.Reason, message string) {
 	rg.t.Helper()
 	rg.a.pass(rg.ctx)
 	st := rg.a.Status()
@@ -153,7 +154,7 @@ func TestKubeletRestartAfterSettle(t *testing.T) {
 	rg := newRig(t, 4, nil)
 	rg.hardware(8)
 	rg.at(0)
-	rg.expect(decide.ReasonInProgress, "waiting before restarting")
+	rg.expect(types.ReasonInProgress, "waiting before restarting")
 	if testutil.ToFloat64(rg.m.KubeletStale) != 1 {
 		t.Fatal("node_resized_kubelet_stale is not 1 for a stale kubelet")
 	}
@@ -161,7 +162,7 @@ func TestKubeletRestartAfterSettle(t *testing.T) {
 	rg.restarts(0)
 	rg.at(10 * time.Second)
 	waitUntil(t, func() bool { return rg.r.count() == 1 })
-	rg.expect(decide.ReasonInProgress, "restarting the kubelet")
+	rg.expect(types.ReasonInProgress, "restarting the kubelet")
 	// Passes while it runs ask for no second one.
 	rg.at(20 * time.Second)
 	rg.at(30 * time.Second)
@@ -173,11 +174,11 @@ func TestKubeletRestartAfterSettle(t *testing.T) {
 	rg.kubelet.Capacity = resources.List{resources.CPU: 8000, resources.Memory: 16 << 30}
 	rg.hardware(8)
 	rg.at(40 * time.Second)
-	rg.expect(decide.ReasonInProgress, "waiting for the Node to come back Ready")
+	rg.expect(types.ReasonInProgress, "waiting for the Node to come back Ready")
 	rg.kubelet.Ready = true
 	rg.a.OnKubelet(rg.kubelet)
 	rg.at(45 * time.Second)
-	rg.expect(decide.ReasonAccepted, "")
+	rg.expect(types.ReasonAccepted, "")
 	rg.restarts(1)
 	if st := rg.a.Status().Kubelet; st == nil || st.LastRestart == nil || st.LastRestart.Result != "done" || st.Stale {
 		t.Fatalf("kubelet status %+v", st)
@@ -191,12 +192,12 @@ func TestKubeletNotRestarted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		cfg     func(*Config)
-		kubelet func(*decide.KubeletView)
+		kubelet func(*types.KubeletView)
 		check   error
 		message string
 	}{
 		{name: "turned off", cfg: func(c *Config) { c.KubeletRestart = RestartNever }, message: "--kubelet-restart=never"},
-		{name: "unit inactive", kubelet: func(v *decide.KubeletView) { v.ActiveState, v.SubState = "failed", "failed" },
+		{name: "unit inactive", kubelet: func(v *types.KubeletView) { v.ActiveState, v.SubState = "failed", "failed" },
 			message: `kubelet.service is not active (ActiveState "failed"`},
 		{name: "checkpoint infeasible", check: errors.New("reserved CPUs 0 are not all online; bring them online"),
 			message: "checkpoint cannot be made safe: reserved CPUs 0 are not all online"},
@@ -211,7 +212,7 @@ func TestKubeletNotRestarted(t *testing.T) {
 			rg.hardware(8)
 			for _, d := range []time.Duration{0, 10 * time.Second, time.Hour} {
 				rg.at(d)
-				rg.expect(decide.ReasonAccepted, tc.message)
+				rg.expect(types.ReasonAccepted, tc.message)
 			}
 			if !strings.Contains(rg.a.Status().Condition.Message, "needs a restart") {
 				t.Fatalf("message %q does not say a restart is needed", rg.a.Status().Condition.Message)
@@ -230,11 +231,11 @@ func TestKubeletNotRestarted(t *testing.T) {
 // holdingEvictor starts eviction passes that report only when told.
 type holdingEvictor struct {
 	mu     sync.Mutex
-	report func(decide.EvictionReport)
+	report func(types.EvictionReport)
 	gen    int64
 }
 
-func (e *holdingEvictor) Start(_ context.Context, x decide.Evict, _ []int, report func(decide.EvictionReport)) {
+func (e *holdingEvictor) Start(_ context.Context, x decide.Evict, _ []int, report func(types.EvictionReport)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.report, e.gen = report, x.Generation
@@ -243,7 +244,7 @@ func (e *holdingEvictor) Start(_ context.Context, x decide.Evict, _ []int, repor
 func (e *holdingEvictor) done() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.report(decide.EvictionReport{Generation: e.gen, Done: true})
+	e.report(types.EvictionReport{Generation: e.gen, Done: true})
 }
 
 // TestKubeletNotRestartedWhileEvicting: a loss's eviction pass runs to its
@@ -255,7 +256,7 @@ func TestKubeletNotRestartedWhileEvicting(t *testing.T) {
 	rg.at(0)
 	for _, d := range []time.Duration{10 * time.Second, time.Hour} {
 		rg.at(d)
-		rg.expect(decide.ReasonInProgress, "evicting")
+		rg.expect(types.ReasonInProgress, "evicting")
 		if st := rg.a.Status().Kubelet; st == nil || st.RestartBlocked != "an eviction pass is still running" {
 			t.Fatalf("kubelet status %+v", st)
 		}
@@ -279,9 +280,9 @@ func TestKubeletRestartJobFailed(t *testing.T) {
 	rg.kubelet.ActiveState, rg.kubelet.Ready = "failed", false
 	rg.a.OnKubelet(rg.kubelet)
 	rg.at(15 * time.Second)
-	rg.expect(decide.ReasonInProgress, "ended \"failed\"")
-	if reasons := rg.relay.eventReasons(); !contains(reasons, decide.EventKubeletRestartFailed) {
-		t.Fatalf("events %v, want %s", reasons, decide.EventKubeletRestartFailed)
+	rg.expect(types.ReasonInProgress, "ended \"failed\"")
+	if reasons := rg.relay.eventReasons(); !contains(reasons, types.EventKubeletRestartFailed) {
+		t.Fatalf("events %v, want %s", reasons, types.EventKubeletRestartFailed)
 	}
 	// The unit comes back by itself (Restart=always), still stale: no
 	// second restart, however long.
@@ -291,13 +292,13 @@ func TestKubeletRestartJobFailed(t *testing.T) {
 		rg.at(d)
 	}
 	rg.restarts(1)
-	rg.expect(decide.ReasonInProgress, "does not restart it again")
+	rg.expect(types.ReasonInProgress, "does not restart it again")
 	if n := len(rg.relay.eventReasons()); n == 0 {
 		t.Fatal("no events")
 	}
 	var failures int
 	for _, r := range rg.relay.eventReasons() {
-		if r == decide.EventKubeletRestartFailed {
+		if r == types.EventKubeletRestartFailed {
 			failures++
 		}
 	}

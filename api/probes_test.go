@@ -12,17 +12,17 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/api"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/topology/topologytest"
+	"github.com/node-resized/node-resized/types"
 )
 
 // syncRelay is a relay whose Node watch has listed the Node or not.
 type syncRelay struct{ synced atomic.Bool }
 
-func (r *syncRelay) Stats() decide.RelayStats { return decide.RelayStats{NodeSynced: r.synced.Load()} }
+func (r *syncRelay) Stats() types.RelayStats { return types.RelayStats{NodeSynced: r.synced.Load()} }
 
 // serveTCP serves srv's TCP endpoints on a loopback port until the test
 // ends and returns the base URL.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/cgroup"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/types"
 )
 
 // Info describes the daemon to API clients and names the parts whose
@@ -45,7 +45,7 @@ type Decisions interface {
 
 // Relay is what the API reads of the API relay.
 type Relay interface {
-	Stats() decide.RelayStats
+	Stats() types.RelayStats
 }
 
 // Enforcement is what the API reads of the kubepods cgroup enforcer.

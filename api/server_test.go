@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
@@ -325,9 +325,9 @@ type fakeDecisions struct{ st agent.Status }
 
 func (f fakeDecisions) Status() agent.Status { return f.st }
 
-type fakeRelay struct{ st decide.RelayStats }
+type fakeRelay struct{ st types.RelayStats }
 
-func (f fakeRelay) Stats() decide.RelayStats { return f.st }
+func (f fakeRelay) Stats() types.RelayStats { return f.st }
 
 type fakeEnforcement struct{ st cgroup.Status }
 
@@ -339,20 +339,20 @@ func TestServerStatusParts(t *testing.T) {
 	e := startAPI(t, api.Info{
 		Mode: "kubernetes", NodeName: "node-a",
 		Decisions: fakeDecisions{agent.Status{
-			Configured:       decide.Configured{Present: true, Raw: map[string]string{"cpu": "4"}},
-			ConfiguredSource: decide.SourceAnnotation,
+			Configured:       types.Configured{Present: true, Raw: map[string]string{"cpu": "4"}},
+			ConfiguredSource: types.SourceAnnotation,
 			Target:           resources.List{resources.CPU: 4000, resources.Memory: 8 << 30},
 			Allocatable:      resources.List{resources.CPU: 3500, resources.Memory: 7 << 30},
-			Condition:        decide.Condition{Status: decide.StatusTrue, Reason: decide.ReasonAccepted},
+			Condition:        types.Condition{Status: types.StatusTrue, Reason: types.ReasonAccepted},
 			Kubelet: &agent.KubeletStatus{
-				KubeletView: decide.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42,
+				KubeletView: types.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42,
 					Started: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Capacity: resources.List{resources.CPU: 2000},
 					Sources: map[string]string{"cpu": "pod-resources API"}, Ready: true, Stale: true, StaleSince: 7},
 				Restart: "never", RestartBlocked: "restarts are turned off",
 				LastRestart: &agent.RestartRecord{Result: "failed"},
 			},
 		}},
-		Relay:       fakeRelay{decide.RelayStats{Patches: 3, Pending: true, LastError: "boom"}},
+		Relay:       fakeRelay{types.RelayStats{Patches: 3, Pending: true, LastError: "boom"}},
 		Enforcement: fakeEnforcement{cgroup.Status{Kubepods: "/sys/fs/cgroup/kubepods", Found: true}},
 	})
 	st, err := e.client.Status(context.Background())
@@ -360,7 +360,7 @@ func TestServerStatusParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := st.Kubernetes
-	if k == nil || k.NodeName != "node-a" || k.Configured["cpu"] != "4" || k.ConfiguredSource != decide.SourceAnnotation ||
+	if k == nil || k.NodeName != "node-a" || k.Configured["cpu"] != "4" || k.ConfiguredSource != types.SourceAnnotation ||
 		resources.Format(resources.CPU, k.Allocatable[resources.CPU]) != "3500m" || k.Target[resources.Memory] != 8<<30 ||
 		k.Condition.Reason != "Accepted" || k.Patches != 3 || !k.PatchPending || k.PatchError != "boom" {
 		t.Fatalf("kubernetes status %+v", k)

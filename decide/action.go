@@ -1,6 +1,9 @@
 package decide
 
-import "github.com/node-resized/node-resized/resources"
+import (
+	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
+)
 
 // ActionKind names an action type.
 type ActionKind string
@@ -50,51 +53,18 @@ type GrowCgroups struct {
 // carry the NoSchedule taint TaintKey (always false unless
 // Policy.TaintWhileStale).
 type PatchNodeStatus struct {
-	Generation  int64          `json:"generation"`
-	Capacity    resources.List `json:"capacity"`
-	Allocatable resources.List `json:"allocatable"`
-	Condition   Condition      `json:"condition"`
-	Taint       bool           `json:"taint,omitempty"`
+	Generation  int64           `json:"generation"`
+	Capacity    resources.List  `json:"capacity"`
+	Allocatable resources.List  `json:"allocatable"`
+	Condition   types.Condition `json:"condition"`
+	Taint       bool            `json:"taint,omitempty"`
 }
-
-// TaintKey is the NoSchedule taint that keeps new pods off the node while
-// the kubelet has not adopted a loss of capacity: a stock kubelet reverts
-// status.capacity to its start-up view within about 10 s, and the scheduler
-// and the kubelet's admission would place pods against the old, larger
-// machine meanwhile.
-const TaintKey = "node-resized.io/capacity-changing"
-
-// EventType is the type of a Kubernetes event.
-type EventType string
-
-// Event types, as in the Kubernetes API.
-const (
-	EventNormal  EventType = "Normal"
-	EventWarning EventType = "Warning"
-)
-
-// Event reasons node-resized emits on the Node.
-const (
-	// EventEmergencyCapacityReduced (Warning): the hardware fell below the
-	// applied capacity; kubepods was clamped at once (Path B).
-	EventEmergencyCapacityReduced = "EmergencyCapacityReduced"
-	// EventCapacityInfeasible (Warning): a configured capacity was refused.
-	EventCapacityInfeasible = "CapacityInfeasible"
-	// EventCapacityAccepted (Normal): a capacity is applied and stable.
-	EventCapacityAccepted = "CapacityAccepted"
-	// EventKubeletRestartFailed (Warning): the kubelet restarted to adopt
-	// a capacity failed, or did not come back Ready with it in time; it is
-	// not restarted again for that change.
-	EventKubeletRestartFailed = "KubeletRestartFailed"
-	// EvictionReason is the reason carried by evictions for lost capacity.
-	EvictionReason = "NodeCapacityExceeded"
-)
 
 // EmitEvent records an event on the Node.
 type EmitEvent struct {
-	Type    EventType `json:"type"`
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"`
+	Type    types.EventType `json:"type"`
+	Reason  string          `json:"reason"`
+	Message string          `json:"message"`
 }
 
 // Evict asks the evictor to bring the pods within Allocatable, in the

@@ -2,20 +2,20 @@ package decide
 
 import (
 	"fmt"
-	"strings"
+	"github.com/node-resized/node-resized/types"
 )
 
 // condition decides the CapacityConfigured condition as it stands after the
 // pass, with its transition time, and the kubelet step's verdict. It records
 // in next the shrink in flight and the kubelet restart bookkeeping.
-func (p pass) condition(pl plan, next *State) (Condition, kubeletOutcome) {
+func (p pass) condition(pl plan, next *State) (types.Condition, kubeletOutcome) {
 	cond, shrinking := p.shrinkCondition(pl, next)
 	var ks kubeletOutcome
 	if !shrinking {
 		cond, ks = p.settledCondition(pl, next)
 	}
 	if p.ev.present {
-		cond.Message = requestPhrase(p.ev.key) + ": " + cond.Message
+		cond.Message = types.ConfiguredPhrase(p.ev.key) + ": " + cond.Message
 	}
 	if cond.Status == p.prev.Condition.Status && cond.Reason == p.prev.Condition.Reason {
 		cond.LastTransitionTime = p.prev.Condition.LastTransitionTime
@@ -28,7 +28,7 @@ func (p pass) condition(pl plan, next *State) (Condition, kubeletOutcome) {
 // shrinkCondition follows the shrink in flight: it starts one when the
 // target moves down, ends it when the evictor reports the generation done,
 // and while one is in flight returns its InProgress condition and true.
-func (p pass) shrinkCondition(pl plan, next *State) (Condition, bool) {
+func (p pass) shrinkCondition(pl plan, next *State) (types.Condition, bool) {
 	gen, ev := next.Generation, p.in.Eviction
 	switch {
 	case pl.changed() && len(pl.forced) > 0 && len(p.converged) > 0:
@@ -48,20 +48,20 @@ func (p pass) shrinkCondition(pl plan, next *State) (Condition, bool) {
 		next.InProgress = ""
 	}
 	if !next.Evicting {
-		return Condition{}, false
+		return types.Condition{}, false
 	}
 	msg := next.InProgress
 	if !pl.changed() && ev.Generation == gen && ev.Blocked != "" {
 		msg += "; eviction blocked: " + ev.Blocked
 	}
-	return Condition{Status: StatusFalse, Reason: ReasonInProgress, Message: msg}, true
+	return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInProgress, Message: msg}, true
 }
 
 // settledCondition is the condition where the spec value settles (no
 // shrink in flight): Infeasible, EmergencyReduced, or Accepted once the
 // kubelet step has nothing left to wait for.
-func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome) {
-	if m := missingReserved(p.in.ReservedCPUs, p.in.Physical.OnlineCPUs); len(m) > 0 && pl.mode != ReasonInfeasible {
+func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOutcome) {
+	if m := missingReserved(p.in.ReservedCPUs, p.in.Physical.OnlineCPUs); len(m) > 0 && pl.mode != types.ReasonInfeasible {
 		// The hardware took a reserved CPU: never restart the kubelet
 		// into it, and say so until it is back.
 		in := p.in
@@ -69,26 +69,26 @@ func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome)
 		ks := kubeletStep(in, p.pol, p.jitter, pl.desired, p.phys, next)
 		ks.note = ""
 		msg := fmt.Sprintf("capacity %s applied; %s", pl.desired, reservedGone(m))
-		if pl.mode == ReasonEmergencyReduced {
+		if pl.mode == types.ReasonEmergencyReduced {
 			msg = fmt.Sprintf("physical capacity fell below it; capacity clamped to %s; %s", next.EmergencyTarget, reservedGone(m))
 		}
-		return Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced, Message: msg}, ks
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonEmergencyReduced, Message: msg}, ks
 	}
 	switch pl.mode {
-	case ReasonInfeasible:
-		return Condition{Status: StatusFalse, Reason: ReasonInfeasible,
+	case types.ReasonInfeasible:
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInfeasible,
 			Message: fmt.Sprintf("not applied: %s; capacity held at %s",
 				p.ev.problems(p.phys), pl.desired)}, kubeletOutcome{}
-	case ReasonEmergencyReduced:
+	case types.ReasonEmergencyReduced:
 		ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
-		return Condition{Status: StatusFalse, Reason: ReasonEmergencyReduced,
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonEmergencyReduced,
 			Message: fmt.Sprintf("physical capacity fell below it; capacity clamped to %s and held until the configured capacity is lowered to at most the physical capacity",
 				next.EmergencyTarget)}, ks
 	}
 	// Accepted.
 	ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
 	if ks.waiting != "" {
-		return Condition{Status: StatusFalse, Reason: ReasonInProgress,
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInProgress,
 			Message: fmt.Sprintf("capacity %s applied; %s", pl.desired, ks.waiting)}, ks
 	}
 	msg := fmt.Sprintf("capacity %s applied", pl.desired)
@@ -98,27 +98,5 @@ func (p pass) settledCondition(pl plan, next *State) (Condition, kubeletOutcome)
 	if ks.note != "" {
 		msg += "; " + ks.note
 	}
-	return Condition{Status: StatusTrue, Reason: ReasonAccepted, Message: msg}, ks
-}
-
-// requestPhrase names a configured capacity by its Key. While one is
-// present, every condition message starts with it and a colon.
-func requestPhrase(key string) string { return "configured capacity " + key }
-
-// DecidedFor reports whether the condition was decided for the configured
-// capacity c, going by its message: while a configured capacity is present
-// every message starts with "configured capacity <c.Key()>: ", and none
-// starts with "configured capacity " while it is absent. The Node condition
-// has no observedGeneration (and an annotation has no generation at all), so
-// this is how whoever set a value tells a condition decided for it from
-// one left from an earlier value. A condition decided for an earlier,
-// equal value counts: it is the same request.
-func (c Condition) DecidedFor(conf Configured) bool {
-	if c.Message == "" {
-		return false
-	}
-	if !conf.Present {
-		return !strings.HasPrefix(c.Message, requestPhrase(""))
-	}
-	return strings.HasPrefix(c.Message, requestPhrase(conf.Key())+": ")
+	return types.Condition{Status: types.StatusTrue, Reason: types.ReasonAccepted, Message: msg}, ks
 }

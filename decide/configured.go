@@ -1,8 +1,8 @@
 package decide
 
 import (
-	"encoding/json"
 	"fmt"
+	"github.com/node-resized/node-resized/types"
 	"slices"
 	"sort"
 	"strings"
@@ -11,54 +11,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
-
-// Configured is the configured capacity as read from the API
-// (spec.configuredCapacity, or the node-resized.io/configured-capacity
-// annotation), kept as the user wrote it so that a malformed value is judged
-// here. A Configured value is safe for concurrent reads.
-type Configured struct {
-	// Present is false when the field (or annotation) is absent: the node
-	// then follows its physical capacity.
-	Present bool `json:"present"`
-	// Raw maps resource names to quantities exactly as written.
-	Raw map[string]string `json:"raw,omitempty"`
-	// Invalid, when not empty, says why the value is not a ResourceList at
-	// all (an annotation that is not a JSON object of strings). The whole
-	// request is then malformed, hence Infeasible.
-	Invalid string `json:"invalid,omitempty"`
-}
-
-// Key returns a canonical string for the request, used to recognise the same
-// spec value across passes and daemon restarts: "" when absent, otherwise the
-// JSON object of the recognised entries, as written, keys sorted. Unknown
-// resource names do not take part: adding one does not make a new request.
-func (c Configured) Key() string {
-	if !c.Present {
-		return ""
-	}
-	if c.Invalid != "" {
-		b, _ := json.Marshal(map[string]string{"invalid": c.Invalid})
-		return string(b)
-	}
-	m := make(map[string]string)
-	for k, v := range c.Raw {
-		if recognised(k) {
-			m[k] = v
-		}
-	}
-	b, err := json.Marshal(m) // sorted keys
-	if err != nil {
-		// A map of strings always marshals.
-		panic(err)
-	}
-	return string(b)
-}
-
-// recognised reports whether a configured-capacity key is one node-resized
-// validates (the KEP's well-known types); everything else is ignored.
-func recognised(name string) bool {
-	return resources.Published(name)
-}
 
 // evaluation is a configured capacity judged against the machine.
 type evaluation struct {
@@ -108,7 +60,7 @@ func (e evaluation) problems(phys resources.List) string {
 // A cpu value with fewer CPUs than reservedCPUs names would take a reserved
 // CPU away: the kubelet would refuse it, so it is refused and the CPUs are
 // named.
-func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations, reservedCPUs []int) evaluation {
+func evaluate(c types.Configured, phys resources.List, swapActive bool, r Reservations, reservedCPUs []int) evaluation {
 	e := evaluation{key: c.Key(), present: c.Present, values: resources.List{}}
 	if !c.Present {
 		return e
@@ -124,7 +76,7 @@ func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations
 	sort.Strings(names)
 	for _, name := range names {
 		raw := c.Raw[name]
-		if !recognised(name) {
+		if !resources.Published(name) { // only the KEP's well-known types are validated
 			e.ignored = append(e.ignored, name)
 			continue
 		}

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"github.com/node-resized/node-resized/types"
 	"reflect"
 	"strings"
 	"testing"
@@ -53,32 +54,32 @@ func TestConvergeAtStart(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		enforced CgroupLimits
-		conf     Configured
-		first    Reason
+		conf     types.Configured
+		first    types.Reason
 		actions  []ActionKind
 		message  string // a part of the first condition's message
-		settled  Reason
+		settled  types.Reason
 	}{{
 		name: "no configured capacity: clamp, warn, evict, then follow the hardware", enforced: big,
-		first: ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
-		message: "cpu 8 → 4, memory 16Gi → 8Gi", settled: ReasonAccepted,
+		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
+		message: "cpu 8 → 4, memory 16Gi → 8Gi", settled: types.ReasonAccepted,
 	}, {
 		name: "a configured capacity that was met: EmergencyReduced", enforced: big, conf: spec("cpu", "8", "memory", "16Gi"),
-		first: ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
-		message: "while node-resized was not running", settled: ReasonEmergencyReduced,
+		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
+		message: "while node-resized was not running", settled: types.ReasonEmergencyReduced,
 	}, {
 		name:     "a configured capacity never met: held Infeasible (Path A1), nothing clamped",
 		enforced: KubepodsLimits(machine(4, 8*Gi).Capacity, r), conf: spec("cpu", "8"),
-		first: ReasonInfeasible, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: ReasonInfeasible,
+		first: types.ReasonInfeasible, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: types.ReasonInfeasible,
 	}, {
 		name: "limits for the hardware as it is", enforced: KubepodsLimits(machine(4, 8*Gi).Capacity, r),
-		first: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: ReasonAccepted,
+		first: types.ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: types.ReasonAccepted,
 	}, {
-		name: "limits unknown", first: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: ReasonAccepted,
+		name: "limits unknown", first: types.ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: types.ReasonAccepted,
 	}, {
 		name: "memory.max alone", enforced: CgroupLimits{MemoryMax: big.MemoryMax},
-		first: ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
-		message: "memory 16Gi → 8Gi", settled: ReasonAccepted,
+		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
+		message: "memory 16Gi → 8Gi", settled: types.ReasonAccepted,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, machine(4, 8*Gi), tc.conf)
@@ -93,11 +94,11 @@ func TestConvergeAtStart(t *testing.T) {
 					t.Fatalf("clamp %+v, want what the kubelet writes for the hardware %+v", c.Limits, want)
 				}
 				e, _ := find[EmitEvent](d.Actions)
-				if e.Type != EventWarning || e.Reason != EventEmergencyCapacityReduced {
+				if e.Type != types.EventWarning || e.Reason != types.EventEmergencyCapacityReduced {
 					t.Fatalf("event %+v", e)
 				}
 			}
-			if d.Target[resources.CPU] != 4000 && tc.first != ReasonInfeasible {
+			if d.Target[resources.CPU] != 4000 && tc.first != types.ReasonInfeasible {
 				t.Fatalf("target %v", d.Target)
 			}
 			if d = n.settle(); d.Condition.Reason != tc.settled {
@@ -127,17 +128,17 @@ func TestTaintWhileStale(t *testing.T) {
 	stale := Kubelet{Known: true, Ready: true, RestartBlocked: "restarts are turned off",
 		Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 	start := func(t *testing.T, k Kubelet, taint bool) *node {
-		n := newNode(t, machine(8, 16*Gi), Configured{})
+		n := newNode(t, machine(8, 16*Gi), types.Configured{})
 		n.in.Kubelet = k
 		n.in.Policy.TaintWhileStale = taint
-		n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+		n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 		return n
 	}
 
 	t.Run("lifted when the kubelet agrees", func(t *testing.T) {
 		n := start(t, stale, true)
 		d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 4000) })
-		n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+		n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 		if !taintOf(t, d) || !d.Next.Tainted {
 			t.Fatal("the clamp's patch does not carry the taint")
 		}
@@ -159,7 +160,7 @@ func TestTaintWhileStale(t *testing.T) {
 			t.Fatal("taint lifted before the kubelet is Ready")
 		}
 		d = n.step(func(in *Input) { in.Kubelet.Ready = true })
-		n.expect(d, ReasonAccepted, KindPatchNodeStatus)
+		n.expect(d, types.ReasonAccepted, KindPatchNodeStatus)
 		if taintOf(t, d) || d.Next.Tainted {
 			t.Fatal("taint kept once the kubelet agrees")
 		}
@@ -228,12 +229,12 @@ func TestTaintWhileStale(t *testing.T) {
 		}
 	})
 	t.Run("at start, the machine shrank", func(t *testing.T) {
-		n := newNode(t, machine(4, 16*Gi), Configured{})
+		n := newNode(t, machine(4, 16*Gi), types.Configured{})
 		n.in.Policy.TaintWhileStale = true
 		n.in.Kubelet = stale
 		n.in.Enforced = KubepodsLimits(machine(8, 16*Gi).Capacity, testReservations())
 		d := n.step(nil)
-		n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+		n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 		if !taintOf(t, d) {
 			t.Fatal("the first pass's clamp does not taint")
 		}

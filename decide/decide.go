@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"github.com/node-resized/node-resized/types"
 	"strings"
 	"time"
 
@@ -11,25 +12,11 @@ import (
 // DefaultJitterMemory is the memory drift that is not a change: 100Mi.
 const DefaultJitterMemory int64 = 100 << 20
 
-// EvictionReport is the evictor's progress on the Evict of one generation.
-// It is a plain value, safe for concurrent reads.
-type EvictionReport struct {
-	// Generation is the Evict.Generation the report is about; a report for
-	// another generation is ignored.
-	Generation int64 `json:"generation"`
-	// Done is true once every pod that no longer fits is gone (or none had
-	// to go).
-	Done bool `json:"done,omitempty"`
-	// Blocked says why eviction cannot proceed (a PodDisruptionBudget, …);
-	// empty when it is proceeding.
-	Blocked string `json:"blocked,omitempty"`
-}
-
 // Input is everything Decide looks at. Decide does not modify it: an Input
 // may be shared between goroutines that only read it.
 type Input struct {
 	Physical     Physical
-	Configured   Configured
+	Configured   types.Configured
 	Reservations Reservations
 	// JitterMemory is the memory drift that is not a change; 0 means
 	// DefaultJitterMemory.
@@ -38,7 +25,7 @@ type Input struct {
 	Previous State
 	// Now is the current time; Decide reads no clock.
 	Now      time.Time
-	Eviction EvictionReport
+	Eviction types.EvictionReport
 	Kubelet  Kubelet
 	Policy   Policy
 	// Enforced are the kubepods limits as read back from the cgroup when
@@ -69,7 +56,7 @@ type Decision struct {
 	Physical resources.List
 	// Condition is the CapacityConfigured condition as it stands after the
 	// actions.
-	Condition Condition
+	Condition types.Condition
 	// Actions are to be carried out in order. Empty when nothing changed.
 	Actions []Action
 	// Next is the state to persist and pass back as Input.Previous.

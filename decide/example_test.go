@@ -6,6 +6,7 @@ import (
 
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
 )
 
 func ExampleAllocatable() {
@@ -29,7 +30,7 @@ func ExampleAllocatable() {
 func ExampleDecide() {
 	in := decide.Input{
 		Physical:     decide.Physical{Capacity: resources.List{resources.CPU: 8000, resources.Memory: 32 << 30}},
-		Configured:   decide.Configured{Present: true, Raw: map[string]string{"cpu": "8"}},
+		Configured:   types.Configured{Present: true, Raw: map[string]string{"cpu": "8"}},
 		Reservations: decide.Reservations{MemoryAvailable: decide.Threshold{Quantity: 100 << 20}},
 		Now:          time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
 	}
@@ -45,7 +46,7 @@ func ExampleDecide() {
 	}
 
 	in.Previous = d.Next
-	in.Eviction = decide.EvictionReport{Generation: d.Next.Generation, Done: true}
+	in.Eviction = types.EvictionReport{Generation: d.Next.Generation, Done: true}
 	d = decide.Decide(in)
 	fmt.Println(d.Condition.Reason, d.Condition.Message)
 	// Output:

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"github.com/node-resized/node-resized/types"
 	"math/rand"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 func TestFlapping(t *testing.T) {
 	cpus := []int64{2, 4, 6, 8}
 	mems := []int64{4 * Gi, 8 * Gi, 12 * Gi, 16 * Gi}
-	specs := []Configured{
+	specs := []types.Configured{
 		{},
 		spec(),
 		spec("cpu", "2"),
@@ -30,10 +31,10 @@ func TestFlapping(t *testing.T) {
 		spec("memory", "lots"),
 		spec("memory", "100Mi"),
 	}
-	seenReasons := map[Reason]int{}
+	seenReasons := map[types.Reason]int{}
 	seenKinds := map[ActionKind]int{}
 	defer func() {
-		for _, r := range []Reason{ReasonAccepted, ReasonInProgress, ReasonInfeasible, ReasonEmergencyReduced} {
+		for _, r := range []types.Reason{types.ReasonAccepted, types.ReasonInProgress, types.ReasonInfeasible, types.ReasonEmergencyReduced} {
 			if seenReasons[r] == 0 {
 				t.Errorf("the random walk never reached %s", r)
 			}
@@ -52,7 +53,7 @@ func TestFlapping(t *testing.T) {
 	for seed := int64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
-			n := newNode(t, machine(8, 16*Gi), Configured{})
+			n := newNode(t, machine(8, 16*Gi), types.Configured{})
 			if seed%2 == 0 {
 				n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 			}
@@ -68,9 +69,9 @@ func TestFlapping(t *testing.T) {
 					case 2, 3:
 						in.Configured = specs[rng.Intn(len(specs))]
 					case 4:
-						in.Eviction = EvictionReport{Generation: in.Previous.Generation, Done: true}
+						in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Done: true}
 					case 5:
-						in.Eviction = EvictionReport{Generation: in.Previous.Generation, Blocked: "PodDisruptionBudget"}
+						in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Blocked: "PodDisruptionBudget"}
 					case 6:
 						// A kubelet that restarted reads the machine.
 						if in.Kubelet.Known {
@@ -95,14 +96,14 @@ func TestFlapping(t *testing.T) {
 			// A fresh spec value within the hardware is always Accepted.
 			n.step(func(in *Input) { in.Configured = spec("cpu", "6", "memory", "12Gi") })
 			d = n.settle()
-			if d.Condition.Reason != ReasonAccepted && d.Condition.Reason != ReasonInProgress {
+			if d.Condition.Reason != types.ReasonAccepted && d.Condition.Reason != types.ReasonInProgress {
 				t.Fatalf("fresh spec: %s (%s)", d.Condition.Reason, d.Condition.Message)
 			}
 			if d.Target[resources.CPU] != 6000 || d.Target[resources.Memory] != 12*Gi {
 				t.Fatalf("fresh spec: target %v", d.Target)
 			}
 			// And with no spec the node follows its hardware.
-			n.step(func(in *Input) { in.Configured = Configured{} })
+			n.step(func(in *Input) { in.Configured = types.Configured{} })
 			d = n.settle()
 			// (memory within the jitter tolerance of the last reading)
 			if d.Target[resources.CPU] != 8000 || d.Target[resources.Memory] != d.Physical[resources.Memory] ||
@@ -124,18 +125,18 @@ func checkSettled(t *testing.T, n *node, d Decision) {
 	ev := evaluate(n.in.Configured, d.Physical, n.in.Physical.SwapActive, n.in.Reservations, n.in.ReservedCPUs)
 	switch {
 	case prev.EmergencySpec != "":
-		if d.Condition.Reason != ReasonEmergencyReduced || prev.EmergencySpec != n.in.Configured.Key() {
+		if d.Condition.Reason != types.ReasonEmergencyReduced || prev.EmergencySpec != n.in.Configured.Key() {
 			t.Fatalf("emergency state %q with condition %s and spec %q", prev.EmergencySpec, d.Condition.Reason, n.in.Configured.Key())
 		}
 	case ev.rejected() || len(ev.over) > 0:
-		if d.Condition.Reason != ReasonInfeasible {
+		if d.Condition.Reason != types.ReasonInfeasible {
 			t.Fatalf("spec %s should be Infeasible, is %s (%s)", ev.key, d.Condition.Reason, d.Condition.Message)
 		}
 	default:
-		if d.Condition.Reason != ReasonAccepted && d.Condition.Reason != ReasonInProgress {
+		if d.Condition.Reason != types.ReasonAccepted && d.Condition.Reason != types.ReasonInProgress {
 			t.Fatalf("spec %s should be Accepted, is %s (%s)", ev.key, d.Condition.Reason, d.Condition.Message)
 		}
-		if d.Condition.Reason == ReasonInProgress && !n.in.Kubelet.Known {
+		if d.Condition.Reason == types.ReasonInProgress && !n.in.Kubelet.Known {
 			t.Fatalf("InProgress without a kubelet to wait for: %s", d.Condition.Message)
 		}
 		want := specTarget(ev, d.Physical)

@@ -3,6 +3,7 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/node-resized/node-resized/types"
 	"reflect"
 	"strings"
 	"testing"
@@ -45,8 +46,8 @@ func testReservations() Reservations {
 }
 
 // spec builds a present configured capacity from name, value pairs.
-func spec(kv ...string) Configured {
-	c := Configured{Present: true, Raw: map[string]string{}}
+func spec(kv ...string) types.Configured {
+	c := types.Configured{Present: true, Raw: map[string]string{}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		c.Raw[kv[i]] = kv[i+1]
 	}
@@ -80,7 +81,7 @@ type node struct {
 	last Decision
 }
 
-func newNode(t *testing.T, p Physical, c Configured) *node {
+func newNode(t *testing.T, p Physical, c types.Configured) *node {
 	t.Helper()
 	return &node{t: t, in: Input{Physical: p, Configured: c, Reservations: testReservations(), Now: t0}}
 }
@@ -113,14 +114,14 @@ func (n *node) settle() Decision {
 			return d
 		}
 		d = n.step(func(in *Input) {
-			in.Eviction = EvictionReport{Generation: in.Previous.Generation, Done: true}
+			in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Done: true}
 		})
 	}
 	n.t.Fatalf("node did not settle: %+v", n.in.Previous)
 	return d
 }
 
-func (n *node) expect(d Decision, reason Reason, want ...ActionKind) {
+func (n *node) expect(d Decision, reason types.Reason, want ...ActionKind) {
 	n.t.Helper()
 	if d.Condition.Reason != reason {
 		n.t.Fatalf("condition %s (%s), want %s", d.Condition.Reason, d.Condition.Message, reason)
@@ -162,7 +163,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			t.Fatalf("allocatable %s=%d not within [0, target %d]", name, a, v)
 		}
 	}
-	if d.Condition.Reason == ReasonInfeasible && actuates(d) {
+	if d.Condition.Reason == types.ReasonInfeasible && actuates(d) {
 		t.Fatalf("Infeasible decision actuates: %v", kinds(d.Actions))
 	}
 	if !d.Next.Condition.Same(d.Condition) {

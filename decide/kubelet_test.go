@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"github.com/node-resized/node-resized/types"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +14,13 @@ import (
 // node and the time of the restart.
 func restarted(t *testing.T) (*node, time.Time) {
 	t.Helper()
-	n := newNode(t, machine(4, 16*Gi), Configured{})
+	n := newNode(t, machine(4, 16*Gi), types.Configured{})
 	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 4000, "memory": 16 * Gi}}
 	n.step(nil)
 	n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 8000) })
 	at := t0.Add(DefaultSettleDelay)
 	d := n.step(func(in *Input) { in.Now = at })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
 	return n, at
 }
 
@@ -30,7 +31,7 @@ func TestKubeletRestartOutcomes(t *testing.T) {
 	type step struct {
 		after   time.Duration // since the restart
 		mut     func(in *Input, at time.Time)
-		reason  Reason
+		reason  types.Reason
 		actions []ActionKind
 		message string // a part of the condition's message
 	}
@@ -44,30 +45,30 @@ func TestKubeletRestartOutcomes(t *testing.T) {
 	}{{
 		name: "back Ready with the target",
 		steps: []step{
-			{after: 5 * time.Second, mut: func(in *Input, _ time.Time) { in.Kubelet.Ready = false }, reason: ReasonInProgress},
-			{after: 20 * time.Second, mut: back, reason: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
+			{after: 5 * time.Second, mut: func(in *Input, _ time.Time) { in.Kubelet.Ready = false }, reason: types.ReasonInProgress},
+			{after: 20 * time.Second, mut: back, reason: types.ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
 		},
 	}, {
 		name: "job failed: one event, no second restart",
 		steps: []step{
 			{after: 2 * time.Second, mut: func(in *Input, at time.Time) {
 				in.Kubelet.Ready = false
-				in.Kubelet.Report = RestartReport{At: at, Failed: "systemd job result failed"}
-			}, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "the kubelet restart failed: systemd job result failed"},
-			{after: time.Hour, reason: ReasonInProgress, message: "does not restart it again"},
+				in.Kubelet.Report = types.RestartReport{At: at, Failed: "systemd job result failed"}
+			}, reason: types.ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "the kubelet restart failed: systemd job result failed"},
+			{after: time.Hour, reason: types.ReasonInProgress, message: "does not restart it again"},
 			// A new change lifts the hold: the next restart waits for the
 			// change to settle.
 			{after: time.Hour + time.Second, mut: func(in *Input, _ time.Time) { in.Physical = in.Physical.with(resources.CPU, 10000) },
-				reason: ReasonInProgress, actions: []ActionKind{KindGrowCgroups, KindPatchNodeStatus}, message: "waiting before restarting"},
-			{after: time.Hour + time.Second + DefaultSettleDelay, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindRestartKubelet}},
+				reason: types.ReasonInProgress, actions: []ActionKind{KindGrowCgroups, KindPatchNodeStatus}, message: "waiting before restarting"},
+			{after: time.Hour + time.Second + DefaultSettleDelay, reason: types.ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindRestartKubelet}},
 		},
 	}, {
 		name: "a report about another restart is ignored",
 		steps: []step{
 			{after: 2 * time.Second, mut: func(in *Input, at time.Time) {
-				in.Kubelet.Report = RestartReport{At: at.Add(-time.Hour), Failed: "old"}
-			}, reason: ReasonInProgress},
-			{after: 10 * time.Second, mut: back, reason: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
+				in.Kubelet.Report = types.RestartReport{At: at.Add(-time.Hour), Failed: "old"}
+			}, reason: types.ReasonInProgress},
+			{after: 10 * time.Second, mut: back, reason: types.ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
 		},
 	}, {
 		name: "back with the target but never Ready",
@@ -75,19 +76,19 @@ func TestKubeletRestartOutcomes(t *testing.T) {
 			{after: 10 * time.Second, mut: func(in *Input, _ time.Time) {
 				back(in, time.Time{})
 				in.Kubelet.Ready = false
-			}, reason: ReasonInProgress},
-			{after: DefaultRestartTimeout, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "did not come back Ready within"},
-			{after: 3 * DefaultRestartTimeout, reason: ReasonInProgress},
+			}, reason: types.ReasonInProgress},
+			{after: DefaultRestartTimeout, reason: types.ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "did not come back Ready within"},
+			{after: 3 * DefaultRestartTimeout, reason: types.ReasonInProgress},
 			// Ready at last: Accepted.
 			{after: 4 * DefaultRestartTimeout, mut: func(in *Input, _ time.Time) { in.Kubelet.Ready = true },
-				reason: ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
+				reason: types.ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}},
 		},
 	}, {
 		name: "restarts turned off after the restart: the failure still holds",
 		steps: []step{
 			{after: DefaultRestartTimeout, mut: func(in *Input, _ time.Time) {
 				in.Kubelet.RestartAllowed, in.Kubelet.RestartBlocked = false, "turned off (--kubelet-restart=never)"
-			}, reason: ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "did not come back with the target"},
+			}, reason: types.ReasonInProgress, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, message: "did not come back with the target"},
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,8 +103,8 @@ func TestKubeletRestartOutcomes(t *testing.T) {
 				if d.Condition.Reason != s.reason || !equalKinds(kinds(d.Actions), s.actions) || !strings.Contains(d.Condition.Message, s.message) {
 					t.Fatalf("step %d: %s %v (%s), want %s %v with %q", i, d.Condition.Reason, kinds(d.Actions), d.Condition.Message, s.reason, s.actions, s.message)
 				}
-				if e, ok := find[EmitEvent](d.Actions); ok && d.Condition.Reason == ReasonInProgress &&
-					(e.Reason != EventKubeletRestartFailed || e.Type != EventWarning || !strings.Contains(e.Message, "systemctl restart kubelet")) {
+				if e, ok := find[EmitEvent](d.Actions); ok && d.Condition.Reason == types.ReasonInProgress &&
+					(e.Reason != types.EventKubeletRestartFailed || e.Type != types.EventWarning || !strings.Contains(e.Message, "systemctl restart kubelet")) {
 					t.Fatalf("step %d: event %+v", i, e)
 				}
 			}
@@ -116,16 +117,16 @@ func TestKubeletNotRestarted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		kubelet Kubelet
-		spec    Configured
+		spec    types.Configured
 		message string
 	}{
-		{"restarts turned off", Kubelet{Known: true, Ready: true, RestartBlocked: "turned off (--kubelet-restart=never)"}, Configured{},
+		{"restarts turned off", Kubelet{Known: true, Ready: true, RestartBlocked: "turned off (--kubelet-restart=never)"}, types.Configured{},
 			"needs a restart to adopt the target, which is not done: turned off (--kubelet-restart=never)"},
-		{"checkpoint cannot be made safe", Kubelet{Known: true, Ready: true, RestartBlocked: "reserved CPUs 0 are not all online"}, Configured{},
+		{"checkpoint cannot be made safe", Kubelet{Known: true, Ready: true, RestartBlocked: "reserved CPUs 0 are not all online"}, types.Configured{},
 			"reserved CPUs 0 are not all online"},
 		{"target below the hardware", Kubelet{Known: true, Ready: true, RestartAllowed: true}, spec("cpu", "6"),
 			"target is below the physical capacity"},
-		{"nothing known of the kubelet", Kubelet{RestartAllowed: true}, Configured{}, ""},
+		{"nothing known of the kubelet", Kubelet{RestartAllowed: true}, types.Configured{}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, machine(4, 16*Gi), tc.spec)
@@ -138,7 +139,7 @@ func TestKubeletNotRestarted(t *testing.T) {
 			n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 8000) })
 			for _, after := range []time.Duration{DefaultSettleDelay, time.Hour} {
 				d := n.step(func(in *Input) { in.Now = t0.Add(after) })
-				if hasKind(d.Actions, KindRestartKubelet) || d.Condition.Reason != ReasonAccepted || !strings.Contains(d.Condition.Message, tc.message) {
+				if hasKind(d.Actions, KindRestartKubelet) || d.Condition.Reason != types.ReasonAccepted || !strings.Contains(d.Condition.Message, tc.message) {
 					t.Fatalf("after %v: %s %v (%s), want Accepted without a restart, saying %q", after, d.Condition.Reason, kinds(d.Actions), d.Condition.Message, tc.message)
 				}
 			}
@@ -149,17 +150,17 @@ func TestKubeletNotRestarted(t *testing.T) {
 // TestKubeletNotRestartedWhileEvicting: a shrink's eviction pass runs to
 // its end before the kubelet is restarted.
 func TestKubeletNotRestartedWhileEvicting(t *testing.T) {
-	n := newNode(t, machine(8, 16*Gi), Configured{})
+	n := newNode(t, machine(8, 16*Gi), types.Configured{})
 	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 	n.step(nil)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 6000) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	d = n.step(func(in *Input) { in.Now = t0.Add(time.Hour) })
-	n.expect(d, ReasonInProgress)
+	n.expect(d, types.ReasonInProgress)
 	d = n.step(func(in *Input) {
-		in.Eviction = EvictionReport{Generation: in.Previous.Generation, Done: true}
+		in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Done: true}
 	})
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
 }
 
 func equalKinds(got, want []ActionKind) bool {

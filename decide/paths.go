@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"github.com/node-resized/node-resized/types"
 	"slices"
 
 	"github.com/node-resized/node-resized/resources"
@@ -11,7 +12,7 @@ import (
 type plan struct {
 	// mode is where the spec value settles: Accepted, Infeasible or
 	// EmergencyReduced.
-	mode    Reason
+	mode    types.Reason
 	applied resources.List // the target before this pass
 	desired resources.List // the new target
 	// The resources whose target moves: forced down because the hardware
@@ -38,7 +39,7 @@ func (p *pass) choosePath() plan {
 	switch {
 	case prev.EmergencySpec != "" && prev.EmergencySpec == ev.key:
 		// Path B, held: the oversized spec is ignored until it changes.
-		pl.mode = ReasonEmergencyReduced
+		pl.mode = types.ReasonEmergencyReduced
 		pl.desired = phys.Clone()
 		for name, v := range ev.values {
 			if t, ok := prev.EmergencyTarget[name]; ok {
@@ -47,22 +48,22 @@ func (p *pass) choosePath() plan {
 			pl.desired[name] = minInt64(v, phys[name])
 		}
 	case ev.rejected():
-		pl.mode = ReasonInfeasible
+		pl.mode = types.ReasonInfeasible
 		pl.desired = hold(pl.applied, phys)
 	case len(ev.over) > 0:
-		if (!firstRun && prev.Spec == ev.key && prev.Outcome == ReasonAccepted) || (firstRun && satisfied(ev, pl.applied)) {
+		if (!firstRun && prev.Spec == ev.key && prev.Outcome == types.ReasonAccepted) || (firstRun && satisfied(ev, pl.applied)) {
 			// Path B: the spec was satisfied and the hardware fell below
 			// it (on the first pass: what is enforced met the spec, and
 			// the hardware shrank while node-resized was not running).
-			pl.mode = ReasonEmergencyReduced
+			pl.mode = types.ReasonEmergencyReduced
 			pl.desired = specTarget(ev, phys)
 		} else {
 			// Path A1 hold: spec first, hardware not there (yet).
-			pl.mode = ReasonInfeasible
+			pl.mode = types.ReasonInfeasible
 			pl.desired = hold(pl.applied, phys)
 		}
 	default:
-		pl.mode = ReasonAccepted
+		pl.mode = types.ReasonAccepted
 		pl.desired = specTarget(ev, phys)
 	}
 	for name := range pl.applied {
@@ -99,7 +100,7 @@ func (p pass) nextState(pl plan) State {
 	next.Outcome = pl.mode
 	next.Physical = p.phys.Clone()
 	next.Applied = pl.desired
-	if pl.mode == ReasonEmergencyReduced {
+	if pl.mode == types.ReasonEmergencyReduced {
 		next.EmergencySpec = p.ev.key
 		next.EmergencyTarget = resources.List{}
 		for name := range p.ev.values {
@@ -128,7 +129,7 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 	patch := func() Action {
 		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Condition: cond, Taint: next.Tainted}
 	}
-	evict := Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Reason: EvictionReason}
+	evict := Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Reason: types.EvictionReason}
 	var acts []Action
 	switch {
 	case pl.changed() && len(pl.forced) > 0: // Path B: physics first
@@ -139,7 +140,7 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 			// One Warning per loss: while the eviction for an earlier
 			// step of it runs (a DIMM's blocks going one by one), a
 			// further step tightens the clamp and the condition only.
-			acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventEmergencyCapacityReduced, Message: next.InProgress})
+			acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventEmergencyCapacityReduced, Message: next.InProgress})
 		}
 		acts = append(acts, evict)
 	case pl.changed() && len(pl.planned) > 0: // Path A2: status first
@@ -155,13 +156,13 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 		acts = append(acts, patch())
 	}
 	switch {
-	case cond.Reason == ReasonInfeasible && !cond.Same(prevCond):
-		acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventCapacityInfeasible, Message: cond.Message})
-	case cond.Reason == ReasonAccepted && (prevCond.Reason != ReasonAccepted || pl.changed()):
-		acts = append(acts, EmitEvent{Type: EventNormal, Reason: EventCapacityAccepted, Message: cond.Message})
+	case cond.Reason == types.ReasonInfeasible && !cond.Same(prevCond):
+		acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventCapacityInfeasible, Message: cond.Message})
+	case cond.Reason == types.ReasonAccepted && (prevCond.Reason != types.ReasonAccepted || pl.changed()):
+		acts = append(acts, EmitEvent{Type: types.EventNormal, Reason: types.EventCapacityAccepted, Message: cond.Message})
 	}
 	if ks.failed != "" {
-		acts = append(acts, EmitEvent{Type: EventWarning, Reason: EventKubeletRestartFailed, Message: cond.Message})
+		acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventKubeletRestartFailed, Message: cond.Message})
 	}
 	if ks.restart {
 		acts = append(acts, RestartKubelet{Generation: gen, Capacity: desired.Clone()})

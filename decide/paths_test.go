@@ -2,6 +2,7 @@ package decide
 
 import (
 	"encoding/json"
+	"github.com/node-resized/node-resized/types"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +14,11 @@ import (
 // Infeasible; the hardware arrives (in steps); the hold clears.
 func TestPathA1OrchestratedUpscale(t *testing.T) {
 	n := newNode(t, machine(4, 16*Gi), spec("cpu", "4"))
-	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// 1. The controller raises the spec before the hardware is there.
 	d := n.step(func(in *Input) { in.Configured = spec("cpu", "8") })
-	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	if d.Target[resources.CPU] != 4000 {
 		t.Fatalf("held target cpu = %d, want 4000", d.Target[resources.CPU])
 	}
@@ -26,7 +27,7 @@ func TestPathA1OrchestratedUpscale(t *testing.T) {
 	// nothing actuated (the message follows the hardware).
 	for _, cpus := range []int64{5, 6, 7} {
 		d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (cpus)*1000) })
-		if d.Condition.Reason != ReasonInfeasible || actuates(d) || d.Target[resources.CPU] != 4000 {
+		if d.Condition.Reason != types.ReasonInfeasible || actuates(d) || d.Target[resources.CPU] != 4000 {
 			t.Fatalf("%d CPUs: %s %v target %v", cpus, d.Condition.Reason, kinds(d.Actions), d.Target)
 		}
 	}
@@ -34,15 +35,15 @@ func TestPathA1OrchestratedUpscale(t *testing.T) {
 	// 3–5. The last CPU arrives: the hold clears, kubepods grows first,
 	// then the capacity is advertised and Accepted.
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (8)*1000) })
-	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 	g := d.Actions[0].(GrowCgroups)
 	if g.Capacity[resources.CPU] != 8000 || g.Limits.CPUShares != MilliCPUToShares(8000-100) {
 		t.Fatalf("grow %+v", g)
 	}
-	if e := d.Actions[2].(EmitEvent); e.Type != EventNormal || e.Reason != EventCapacityAccepted {
+	if e := d.Actions[2].(EmitEvent); e.Type != types.EventNormal || e.Reason != types.EventCapacityAccepted {
 		t.Fatalf("event %+v", e)
 	}
-	if d.Condition.Status != StatusTrue {
+	if d.Condition.Status != types.StatusTrue {
 		t.Fatalf("status %s", d.Condition.Status)
 	}
 }
@@ -52,12 +53,12 @@ func TestPathA1OrchestratedUpscale(t *testing.T) {
 // Accepted; the controller then unplugs the hardware, which changes nothing.
 func TestPathA2OrchestratedDownscale(t *testing.T) {
 	n := newNode(t, machine(8, 32*Gi), spec("cpu", "8", "memory", "32Gi"))
-	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// 1–4. Spec lowered: status first (scheduler blocked), kubepods shrinks,
 	// evictions start; InProgress.
 	d := n.step(func(in *Input) { in.Configured = spec("cpu", "4", "memory", "16Gi") })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
 	patch := d.Actions[0].(PatchNodeStatus)
 	if patch.Capacity[resources.CPU] != 4000 || patch.Capacity[resources.Memory] != 16*Gi {
 		t.Fatalf("status patch %+v", patch)
@@ -77,28 +78,28 @@ func TestPathA2OrchestratedDownscale(t *testing.T) {
 	gen := ev.Generation
 
 	// Eviction in progress, nothing new to say.
-	d = n.step(func(in *Input) { in.Eviction = EvictionReport{Generation: gen} })
-	n.expect(d, ReasonInProgress)
+	d = n.step(func(in *Input) { in.Eviction = types.EvictionReport{Generation: gen} })
+	n.expect(d, types.ReasonInProgress)
 
 	// A PodDisruptionBudget blocks: still InProgress, and the message says so.
 	d = n.step(func(in *Input) {
-		in.Eviction = EvictionReport{Generation: gen, Blocked: "PodDisruptionBudget default/web allows 0 disruptions"}
+		in.Eviction = types.EvictionReport{Generation: gen, Blocked: "PodDisruptionBudget default/web allows 0 disruptions"}
 	})
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus)
 	if !strings.Contains(d.Condition.Message, "PodDisruptionBudget default/web") {
 		t.Fatalf("message %q", d.Condition.Message)
 	}
 	// A stale report for another generation is ignored.
-	d = n.step(func(in *Input) { in.Eviction = EvictionReport{Generation: gen - 1, Done: true} })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	d = n.step(func(in *Input) { in.Eviction = types.EvictionReport{Generation: gen - 1, Done: true} })
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus)
 
 	// 5. Evictions done: Accepted.
-	d = n.step(func(in *Input) { in.Eviction = EvictionReport{Generation: gen, Done: true} })
-	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	d = n.step(func(in *Input) { in.Eviction = types.EvictionReport{Generation: gen, Done: true} })
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// 6. The controller unplugs the hardware down to the target: no change.
 	d = n.step(func(in *Input) { in.Physical = machine(4, 16*Gi) })
-	n.expect(d, ReasonAccepted)
+	n.expect(d, types.ReasonAccepted)
 }
 
 // Cancelling a stuck downscale by restoring the spec (KEP troubleshooting):
@@ -108,11 +109,11 @@ func TestPathA2CancelledBySpecRevert(t *testing.T) {
 	n.step(nil)
 	n.step(func(in *Input) { in.Configured = spec("memory", "16Gi") })
 	d := n.step(func(in *Input) {
-		in.Eviction = EvictionReport{Generation: in.Previous.Generation, Blocked: "PodDisruptionBudget"}
+		in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Blocked: "PodDisruptionBudget"}
 	})
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus)
 	d = n.step(func(in *Input) { in.Configured = spec("memory", "32Gi") })
-	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 	if d.Next.Evicting {
 		t.Fatal("eviction still outstanding after the downscale was cancelled")
 	}
@@ -124,17 +125,17 @@ func TestPathA2CancelledBySpecRevert(t *testing.T) {
 // back, until the spec is lowered.
 func TestPathBEmergency(t *testing.T) {
 	n := newNode(t, machine(4, 16*Gi), spec("cpu", "4", "memory", "16Gi"))
-	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// 1–3. Balloon inflation takes 4Gi: physics first.
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 12*Gi) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	clamp := d.Actions[0].(ClampCgroups)
 	if clamp.Limits.MemoryMax != 12*Gi-768*Mi {
 		t.Fatalf("clamp memory.max %d", clamp.Limits.MemoryMax)
 	}
 	ev := d.Actions[2].(EmitEvent)
-	if ev.Type != EventWarning || ev.Reason != "EmergencyCapacityReduced" || !strings.Contains(ev.Message, "memory 16Gi → 12Gi") {
+	if ev.Type != types.EventWarning || ev.Reason != "EmergencyCapacityReduced" || !strings.Contains(ev.Message, "memory 16Gi → 12Gi") {
 		t.Fatalf("event %+v", ev)
 	}
 	// The clamp is persisted at once.
@@ -144,7 +145,7 @@ func TestPathBEmergency(t *testing.T) {
 
 	// 4. Evictions done: EmergencyReduced.
 	d = n.settle()
-	n.expect(d, ReasonEmergencyReduced, KindPatchNodeStatus)
+	n.expect(d, types.ReasonEmergencyReduced, KindPatchNodeStatus)
 	if d.Target[resources.Memory] != 12*Gi || d.Target[resources.CPU] != 4000 {
 		t.Fatalf("target %v", d.Target)
 	}
@@ -159,23 +160,23 @@ func TestPathBEmergency(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.in.Previous = restored
-	n.expect(n.step(nil), ReasonEmergencyReduced)
+	n.expect(n.step(nil), types.ReasonEmergencyReduced)
 
 	// The hardware comes back: the oversized spec is still ignored.
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) })
-	n.expect(d, ReasonEmergencyReduced)
+	n.expect(d, types.ReasonEmergencyReduced)
 	if d.Target[resources.Memory] != 12*Gi {
 		t.Fatalf("target memory %d while the spec is unchanged", d.Target[resources.Memory])
 	}
 	// More loss while held is clamped again.
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 10*Gi) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	d = n.settle()
-	n.expect(d, ReasonEmergencyReduced, KindPatchNodeStatus)
+	n.expect(d, types.ReasonEmergencyReduced, KindPatchNodeStatus)
 
 	// 5. The controller lowers the spec to the new reality: Accepted.
 	d = n.step(func(in *Input) { in.Configured = spec("cpu", "4", "memory", "10Gi") })
-	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 	if d.Next.EmergencySpec != "" || d.Next.EmergencyTarget != nil {
 		t.Fatalf("emergency not cleared: %+v", d.Next)
 	}
@@ -186,14 +187,14 @@ func TestPathBResolvedByAnyNewSpecValue(t *testing.T) {
 		n := newNode(t, machine(4, 16*Gi), spec("memory", "16Gi"))
 		n.step(nil)
 		n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 12*Gi) })
-		n.expect(n.settle(), ReasonEmergencyReduced, KindPatchNodeStatus)
+		n.expect(n.settle(), types.ReasonEmergencyReduced, KindPatchNodeStatus)
 		n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) }) // hardware back
 		return n
 	}
 	// Lowered, but above the clamp while the hardware is back: grows.
 	n := start()
 	d := n.step(func(in *Input) { in.Configured = spec("memory", "14Gi") })
-	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 	if d.Target[resources.Memory] != 14*Gi {
 		t.Fatalf("target %v", d.Target)
 	}
@@ -201,14 +202,14 @@ func TestPathBResolvedByAnyNewSpecValue(t *testing.T) {
 	// the clamp (spec first, Path A1).
 	n = start()
 	d = n.step(func(in *Input) { in.Configured = spec("memory", "20Gi") })
-	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	if d.Target[resources.Memory] != 12*Gi {
 		t.Fatalf("target %v", d.Target)
 	}
 	// Removed altogether: follow the hardware again.
 	n = start()
-	d = n.step(func(in *Input) { in.Configured = Configured{} })
-	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	d = n.step(func(in *Input) { in.Configured = types.Configured{} })
+	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 }
 
 // A loss of hardware that nothing configured is still clamped and evicted at
@@ -218,17 +219,17 @@ func TestUnplannedLossWithoutConfiguredValue(t *testing.T) {
 	n := newNode(t, machine(8, 16*Gi), spec("cpu", "8"))
 	n.step(nil)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
-	n.expect(n.settle(), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(n.settle(), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	h := newNode(t, machine(4, 16*Gi), spec("cpu", "8")) // held Infeasible
-	h.expect(h.step(nil), ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	h.expect(h.step(nil), types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	d = h.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
-	h.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
-	h.expect(h.settle(), ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	h.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	h.expect(h.settle(), types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	// The hold keeps what the hardware forced and grows nothing back.
 	d = h.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) })
-	h.expect(d, ReasonInfeasible)
+	h.expect(d, types.ReasonInfeasible)
 	if d.Target[resources.Memory] != 8*Gi {
 		t.Fatalf("held target %v", d.Target)
 	}
@@ -238,58 +239,58 @@ func TestUnplannedLossWithoutConfiguredValue(t *testing.T) {
 // has settled, it is restarted (rate limited) and the change is Accepted once
 // the Node is back Ready with the target.
 func TestKubeletRestart(t *testing.T) {
-	n := newNode(t, machine(4, 16*Gi), Configured{})
+	n := newNode(t, machine(4, 16*Gi), types.Configured{})
 	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 4000, "memory": 16 * Gi}}
-	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// CPUs hot-added: kubepods grows, status advertises them, the kubelet
 	// must wait for the change to settle.
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, (8)*1000) })
-	n.expect(d, ReasonInProgress, KindGrowCgroups, KindPatchNodeStatus)
+	n.expect(d, types.ReasonInProgress, KindGrowCgroups, KindPatchNodeStatus)
 	if d.RequeueAfter != DefaultSettleDelay {
 		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
 	}
 	// Before the settle delay: nothing.
 	d = n.step(func(in *Input) { in.Now = t0.Add(10 * time.Second) })
-	n.expect(d, ReasonInProgress)
+	n.expect(d, types.ReasonInProgress)
 	if d.RequeueAfter != 20*time.Second {
 		t.Fatalf("RequeueAfter %v", d.RequeueAfter)
 	}
 	// Settled: restart.
 	d = n.step(func(in *Input) { in.Now = t0.Add(30 * time.Second) })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
 	// The kubelet is down for a while.
 	d = n.step(func(in *Input) { in.Now = t0.Add(40 * time.Second); in.Kubelet.Ready = false })
-	n.expect(d, ReasonInProgress)
+	n.expect(d, types.ReasonInProgress)
 	// It is back with the old view: still waiting (within the timeout).
 	d = n.step(func(in *Input) { in.Now = t0.Add(50 * time.Second); in.Kubelet.Ready = true })
-	n.expect(d, ReasonInProgress)
+	n.expect(d, types.ReasonInProgress)
 	// It is back, Ready, with the new capacity: Accepted.
 	d = n.step(func(in *Input) {
 		in.Now = t0.Add(60 * time.Second)
 		in.Kubelet.Capacity = resources.List{"cpu": 8000, "memory": 16*Gi + 4*Mi}
 	})
-	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// Another change soon after: the restart is rate limited.
 	d = n.step(func(in *Input) {
 		in.Now = t0.Add(2 * time.Minute)
 		in.Physical = in.Physical.with(resources.CPU, (6)*1000)
 	})
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	d = n.settle()
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus)
 	if want := DefaultRestartInterval - (2*time.Minute - 30*time.Second); d.RequeueAfter != want {
 		t.Fatalf("RequeueAfter %v, want %v", d.RequeueAfter, want)
 	}
 	d = n.step(func(in *Input) { in.Now = t0.Add(30*time.Second + DefaultRestartInterval) })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
 
 	// The kubelet never comes back with the target: after the timeout a
 	// Warning event, a condition that says what to do, and no restart loop.
 	d = n.step(func(in *Input) { in.Now = in.Now.Add(DefaultRestartTimeout) })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindEmitEvent)
-	if e, _ := find[EmitEvent](d.Actions); e.Reason != EventKubeletRestartFailed || e.Type != EventWarning ||
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindEmitEvent)
+	if e, _ := find[EmitEvent](d.Actions); e.Reason != types.EventKubeletRestartFailed || e.Type != types.EventWarning ||
 		!strings.Contains(e.Message, "did not come back with the target") || !strings.Contains(e.Message, "systemctl restart kubelet") {
 		t.Fatalf("event %+v", e)
 	}
@@ -297,10 +298,10 @@ func TestKubeletRestart(t *testing.T) {
 		t.Fatalf("RequeueAfter %v after a failed restart", d.RequeueAfter)
 	}
 	d = n.step(func(in *Input) { in.Now = in.Now.Add(10 * DefaultRestartInterval) })
-	n.expect(d, ReasonInProgress)
+	n.expect(d, types.ReasonInProgress)
 	// An operator restarts the kubelet: it comes back with the target.
 	d = n.step(func(in *Input) { in.Kubelet.Capacity = resources.List{"cpu": 6000, "memory": 16 * Gi} })
-	n.expect(d, ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	// Restarts not allowed (e.g. the unit is inactive): Accepted, with a
 	// note that a restart is needed.
@@ -309,7 +310,7 @@ func TestKubeletRestart(t *testing.T) {
 		in.Kubelet.RestartAllowed = false
 		in.Kubelet.RestartBlocked = "kubelet.service is inactive"
 	})
-	n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 	if !strings.Contains(d.Condition.Message, "kubelet.service is inactive") || !strings.Contains(d.Condition.Message, "needs a restart") {
 		t.Fatalf("message %q", d.Condition.Message)
 	}
@@ -320,13 +321,13 @@ func TestKubeletRestart(t *testing.T) {
 // tightens the clamp and the status without another Warning; a loss after
 // the eviction is done warns again.
 func TestOneWarningPerLoss(t *testing.T) {
-	n := newNode(t, machine(8, 16*Gi), Configured{})
-	n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n := newNode(t, machine(8, 16*Gi), types.Configured{})
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 15*Gi) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 14*Gi) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEvict)
 	n.settle()
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 13*Gi) })
-	n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 }

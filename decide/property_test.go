@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"github.com/node-resized/node-resized/types"
 	"math/rand"
 	"testing"
 	"time"
@@ -34,9 +35,9 @@ func randomInput(rng *rand.Rand, prev State) Input {
 	if rng.Intn(4) > 0 {
 		p.Capacity[resources.EphemeralStorage] = pick(10_000_000_000, 100_000_000_000)
 	}
-	var c Configured
+	var c types.Configured
 	if rng.Intn(4) > 0 {
-		c = Configured{Present: true, Raw: map[string]string{}}
+		c = types.Configured{Present: true, Raw: map[string]string{}}
 		for i := rng.Intn(4); i > 0; i-- {
 			c.Raw[keys[rng.Intn(len(keys))]] = values[rng.Intn(len(values))]
 		}
@@ -69,7 +70,7 @@ func randomInput(rng *rand.Rand, prev State) Input {
 		in.Enforced = CgroupLimits{MemoryMax: pick(0, 4*Gi, 16*Gi, 64*Gi), CPUWeight: uint64(pick(0, 1, 39, 157, 10000, 20000))}
 	}
 	if g := prev.Generation; g > 0 && rng.Intn(2) == 0 {
-		in.Eviction = EvictionReport{Generation: g - int64(rng.Intn(2)), Done: rng.Intn(2) == 0}
+		in.Eviction = types.EvictionReport{Generation: g - int64(rng.Intn(2)), Done: rng.Intn(2) == 0}
 		if !in.Eviction.Done && rng.Intn(2) == 0 {
 			in.Eviction.Blocked = "PodDisruptionBudget"
 		}
@@ -87,10 +88,10 @@ func randomInput(rng *rand.Rand, prev State) Input {
 
 // madeUpState is a previous state that no pass produced.
 func madeUpState(rng *rand.Rand) State {
-	reasons := []Reason{"", ReasonAccepted, ReasonInProgress, ReasonInfeasible, ReasonEmergencyReduced}
+	reasons := []types.Reason{"", types.ReasonAccepted, types.ReasonInProgress, types.ReasonInfeasible, types.ReasonEmergencyReduced}
 	s := State{
 		Outcome:    reasons[rng.Intn(len(reasons))],
-		Condition:  Condition{Reason: reasons[rng.Intn(len(reasons))], Status: StatusFalse},
+		Condition:  types.Condition{Reason: reasons[rng.Intn(len(reasons))], Status: types.StatusFalse},
 		Applied:    resources.List{"cpu": int64(rng.Intn(16000)), "memory": int64(rng.Intn(64)) * Gi, "hugepages-1Gi": int64(rng.Intn(3)) * Gi},
 		Physical:   resources.List{"memory": int64(rng.Intn(32)) * Gi},
 		Generation: int64(rng.Intn(5)),
@@ -147,7 +148,7 @@ func FuzzDecide(f *testing.F) {
 		rng := rand.New(rand.NewSource(seed))
 		in := randomInput(rng, madeUpState(rng))
 		in.Physical.Capacity[resources.CPU], in.Physical.Capacity[resources.Memory], in.Physical.SwapActive = satMul(cpus, 1000), mem, swap
-		in.Configured = Configured{Present: present, Raw: map[string]string{k1: v1, k2: v2}}
+		in.Configured = types.Configured{Present: present, Raw: map[string]string{k1: v1, k2: v2}}
 		d := Decide(in)
 		checkInvariants(t, in, d)
 		in.Previous = d.Next

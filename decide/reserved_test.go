@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"github.com/node-resized/node-resized/types"
 	"slices"
 	"strings"
 	"testing"
@@ -21,27 +22,27 @@ func TestReservedCPUs(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		reserved []int
-		after    Physical // the machine after the loss
-		reason   Reason   // once settled and past the settle delay
+		after    Physical     // the machine after the loss
+		reason   types.Reason // once settled and past the settle delay
 		restart  bool
 		message  string
 	}{
 		{name: "a reserved CPU goes: EmergencyReduced, named, no restart", reserved: []int{0, 3},
-			after: onlineMachine(16*Gi, 0, 1, 2), reason: ReasonEmergencyReduced, message: "reserved CPU 3 (the kubelet's reservedSystemCPUs) offline"},
+			after: onlineMachine(16*Gi, 0, 1, 2), reason: types.ReasonEmergencyReduced, message: "reserved CPU 3 (the kubelet's reservedSystemCPUs) offline"},
 		{name: "two go", reserved: []int{2, 3},
-			after: onlineMachine(16*Gi, 0, 1), reason: ReasonEmergencyReduced, message: "reserved CPUs 2-3"},
+			after: onlineMachine(16*Gi, 0, 1), reason: types.ReasonEmergencyReduced, message: "reserved CPUs 2-3"},
 		{name: "another CPU goes: the kubelet is restarted", reserved: []int{0, 3},
-			after: onlineMachine(16*Gi, 0, 1, 3), reason: ReasonInProgress, restart: true},
+			after: onlineMachine(16*Gi, 0, 1, 3), reason: types.ReasonInProgress, restart: true},
 		{name: "online CPUs unknown: nothing to say", reserved: []int{0, 3},
-			after: machine(3, 16*Gi), reason: ReasonInProgress, restart: true},
+			after: machine(3, 16*Gi), reason: types.ReasonInProgress, restart: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newNode(t, onlineMachine(16*Gi, 0, 1, 2, 3), Configured{})
+			n := newNode(t, onlineMachine(16*Gi, 0, 1, 2, 3), types.Configured{})
 			n.in.ReservedCPUs = tc.reserved
 			n.in.Kubelet = staleKubelet
-			n.expect(n.step(nil), ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+			n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 			d := n.step(func(in *Input) { in.Physical = tc.after })
-			n.expect(d, ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+			n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
 			if e, _ := find[EmitEvent](d.Actions); !strings.Contains(e.Message, tc.message) {
 				t.Errorf("event %q, want it to name %q", e.Message, tc.message)
 			}
@@ -59,7 +60,7 @@ func TestReservedCPUs(t *testing.T) {
 			// The CPU comes back: the condition clears and the kubelet,
 			// which never saw the loss, agrees again.
 			d = n.step(func(in *Input) { in.Physical = onlineMachine(16*Gi, 0, 1, 2, 3); in.Now = t0.Add(2 * time.Hour) })
-			n.expect(d, ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+			n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 		})
 	}
 }
@@ -87,18 +88,18 @@ func TestConfiguredCPUsBelowTheReservedCPUs(t *testing.T) {
 	n := newNode(t, onlineMachine(16*Gi, 0, 1, 2, 3), spec("cpu", "1"))
 	n.in.ReservedCPUs = []int{0, 3}
 	d := n.step(nil)
-	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	if !strings.Contains(d.Condition.Message, "cpu 1 would take away reserved CPU 3: the kubelet's reservedSystemCPUs 0,3 are 2 CPUs") ||
 		!strings.Contains(d.Condition.Message, "configure cpu 2 or more") {
 		t.Fatalf("message %q, want the reserved CPU taken away named", d.Condition.Message)
 	}
 	// A fraction keeps whole CPUs only: 1500m takes CPU 3 away too.
 	d = n.step(func(in *Input) { in.Configured = spec("cpu", "1500m") })
-	n.expect(d, ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	if !strings.Contains(d.Condition.Message, "would take away reserved CPU 3:") {
 		t.Fatalf("message %q, want CPU 3 named", d.Condition.Message)
 	}
 	// Two CPUs keep them: accepted (planned down, Path A2).
 	d = n.step(func(in *Input) { in.Configured = spec("cpu", "2") })
-	n.expect(d, ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
 }

@@ -1,62 +1,11 @@
 package decide
 
 import (
+	"github.com/node-resized/node-resized/types"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
 )
-
-// ConditionType is the Node condition node-resized owns.
-const ConditionType = "CapacityConfigured"
-
-// ConditionStatus is the status of the CapacityConfigured condition.
-type ConditionStatus string
-
-// Condition statuses, as in the Node API.
-const (
-	StatusTrue  ConditionStatus = "True"
-	StatusFalse ConditionStatus = "False"
-)
-
-// Reason is the reason of the CapacityConfigured condition (KEP-3953).
-type Reason string
-
-// The four reasons of the CapacityConfigured condition.
-const (
-	// ReasonAccepted: the target is applied to cgroups and Node status;
-	// stable. Status True.
-	ReasonAccepted Reason = "Accepted"
-	// ReasonInProgress: a change is being applied (cgroups shrinking, pods
-	// being evicted, the kubelet being restarted). Status False.
-	ReasonInProgress Reason = "InProgress"
-	// ReasonInfeasible: the request exceeds physical capacity or is
-	// malformed; nothing of it is actuated. Status False.
-	ReasonInfeasible Reason = "Infeasible"
-	// ReasonEmergencyReduced: the hardware fell below the configured value;
-	// the clamped target is kept and the oversized spec ignored until it is
-	// changed. Status False.
-	ReasonEmergencyReduced Reason = "EmergencyReduced"
-)
-
-// Reasons are the four reasons, in the order above.
-var Reasons = []Reason{ReasonAccepted, ReasonInProgress, ReasonInfeasible, ReasonEmergencyReduced}
-
-// Condition is the CapacityConfigured condition to publish. It is a plain
-// value, safe for concurrent reads.
-type Condition struct {
-	Status  ConditionStatus `json:"status,omitempty"`
-	Reason  Reason          `json:"reason,omitempty"`
-	Message string          `json:"message,omitempty"`
-	// LastTransitionTime is the Input.Now at which Status or Reason last
-	// changed.
-	LastTransitionTime time.Time `json:"lastTransitionTime,omitempty"`
-}
-
-// Same reports whether c and o would publish the same condition (status,
-// reason and message; the transition time follows from those).
-func (c Condition) Same(o Condition) bool {
-	return c.Status == o.Status && c.Reason == o.Reason && c.Message == o.Message
-}
 
 // StateVersion is the version of the State layout that Decide writes.
 const StateVersion = 1
@@ -71,10 +20,10 @@ const StateVersion = 1
 type State struct {
 	Version int `json:"version"`
 	// Condition is the condition last published.
-	Condition Condition `json:"condition"`
+	Condition types.Condition `json:"condition"`
 	// Outcome is where the current spec value settles once any change in
 	// flight is done: Accepted, Infeasible or EmergencyReduced.
-	Outcome Reason `json:"outcome,omitempty"`
+	Outcome types.Reason `json:"outcome,omitempty"`
 	// Spec is Configured.Key() of the spec value the condition refers to.
 	Spec string `json:"spec"`
 	// Applied is the target currently enforced on the kubepods cgroup and

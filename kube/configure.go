@@ -12,12 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	watchtools "k8s.io/client-go/tools/watch"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 )
 
 // ConfigFieldManager is the field manager of the configured-capacity
@@ -64,19 +64,19 @@ func NewNodeConfig(nodes dynamic.Interface, name string, log *slog.Logger) *Node
 // written) the Node's configured capacity where the daemon reads it: in
 // spec.configuredCapacity, which the daemon prefers, when the API server
 // keeps that field; otherwise (no released API serves it, and the server
-// drops it) in the annotation decide.AnnotationConfiguredCapacity. It
+// drops it) in the annotation types.AnnotationConfiguredCapacity. It
 // returns the Node as the write left it; its Source says where the value
 // went.
-func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]string) (decide.NodeView, error) {
+func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]string) (types.NodeView, error) {
 	if len(raw) == 0 {
-		return decide.NodeView{}, errors.New("set the configured capacity: no resources given (clear it instead)")
+		return types.NodeView{}, errors.New("set the configured capacity: no resources given (clear it instead)")
 	}
-	want := decide.Configured{Present: true, Raw: maps.Clone(raw)}
+	want := types.Configured{Present: true, Raw: maps.Clone(raw)}
 	v, err := c.patch(ctx, map[string]any{"spec": map[string]any{"configuredCapacity": raw}})
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("set spec.configuredCapacity: %w", err)
+		return types.NodeView{}, fmt.Errorf("set spec.configuredCapacity: %w", err)
 	}
-	if v.Source == decide.SourceSpec {
+	if v.Source == types.SourceSpec {
 		if v.Configured.Key() != want.Key() {
 			return v, fmt.Errorf("set spec.configuredCapacity: the Node has %s, not %s", v.Configured.Key(), want.Key())
 		}
@@ -86,14 +86,14 @@ func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]s
 	// the annotation.
 	b, err := json.Marshal(raw)
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("encode the configured capacity: %w", err)
+		return types.NodeView{}, fmt.Errorf("encode the configured capacity: %w", err)
 	}
-	v, err = c.patch(ctx, map[string]any{"metadata": map[string]any{"annotations": map[string]any{decide.AnnotationConfiguredCapacity: string(b)}}})
+	v, err = c.patch(ctx, map[string]any{"metadata": map[string]any{"annotations": map[string]any{types.AnnotationConfiguredCapacity: string(b)}}})
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("set the annotation %s: %w", decide.AnnotationConfiguredCapacity, err)
+		return types.NodeView{}, fmt.Errorf("set the annotation %s: %w", types.AnnotationConfiguredCapacity, err)
 	}
-	if v.Source != decide.SourceAnnotation || v.Configured.Key() != want.Key() {
-		return v, fmt.Errorf("set the annotation %s: the Node has %s from %q afterwards", decide.AnnotationConfiguredCapacity, v.Configured.Key(), v.Source)
+	if v.Source != types.SourceAnnotation || v.Configured.Key() != want.Key() {
+		return v, fmt.Errorf("set the annotation %s: the Node has %s from %q afterwards", types.AnnotationConfiguredCapacity, v.Configured.Key(), v.Source)
 	}
 	return v, nil
 }
@@ -101,13 +101,13 @@ func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]s
 // ClearConfiguredCapacity removes the Node's configured capacity, both
 // spec.configuredCapacity and the annotation, so that the node follows its
 // hardware again. It returns the Node as the write left it.
-func (c *NodeConfig) ClearConfiguredCapacity(ctx context.Context) (decide.NodeView, error) {
+func (c *NodeConfig) ClearConfiguredCapacity(ctx context.Context) (types.NodeView, error) {
 	v, err := c.patch(ctx, map[string]any{
 		"spec":     map[string]any{"configuredCapacity": nil},
-		"metadata": map[string]any{"annotations": map[string]any{decide.AnnotationConfiguredCapacity: nil}},
+		"metadata": map[string]any{"annotations": map[string]any{types.AnnotationConfiguredCapacity: nil}},
 	})
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("clear the configured capacity: %w", err)
+		return types.NodeView{}, fmt.Errorf("clear the configured capacity: %w", err)
 	}
 	if v.Configured.Present {
 		return v, fmt.Errorf("clear the configured capacity: the Node still has %s from %s", v.Configured.Key(), v.Source)
@@ -118,16 +118,16 @@ func (c *NodeConfig) ClearConfiguredCapacity(ctx context.Context) (decide.NodeVi
 // patch sends a JSON merge patch of the Node and reads the answer. Fields
 // the server does not serve are dropped without a warning
 // (fieldValidation=Ignore): the answer says what was kept.
-func (c *NodeConfig) patch(ctx context.Context, patch map[string]any) (decide.NodeView, error) {
+func (c *NodeConfig) patch(ctx context.Context, patch map[string]any) (types.NodeView, error) {
 	b, err := json.Marshal(patch)
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("encode the patch: %w", err)
+		return types.NodeView{}, fmt.Errorf("encode the patch: %w", err)
 	}
-	u, err := c.nodes.Patch(ctx, c.name, types.MergePatchType, b, metav1.PatchOptions{
+	u, err := c.nodes.Patch(ctx, c.name, k8stypes.MergePatchType, b, metav1.PatchOptions{
 		FieldManager: ConfigFieldManager, FieldValidation: metav1.FieldValidationIgnore,
 	})
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("patch Node %s: %w", c.name, err)
+		return types.NodeView{}, fmt.Errorf("patch Node %s: %w", c.name, err)
 	}
 	return parseUnstructured(u)
 }
@@ -138,7 +138,7 @@ func (c *NodeConfig) patch(ctx context.Context, patch map[string]any) (decide.No
 // it from there, restarting the watch after failures and relisting when
 // the watch's resourceVersion is too old, so a change may be seen only as
 // its latest state. A deleted Node ends it with an error.
-func (c *NodeConfig) WatchNode(ctx context.Context, f func(decide.NodeView) (bool, error)) error {
+func (c *NodeConfig) WatchNode(ctx context.Context, f func(types.NodeView) (bool, error)) error {
 	ctx = logr.NewContext(ctx, logr.FromSlogHandler(retriedHandler{c.log.Handler()}))
 	_, err := watchtools.UntilWithSync(ctx, nodeListWatch(c.nodes, c.name), &unstructured.Unstructured{}, nil,
 		func(ev watch.Event) (bool, error) {

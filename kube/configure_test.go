@@ -14,8 +14,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/types"
 )
 
 // fakeNodes serves the Node worker-1. With served false it drops
@@ -58,11 +58,11 @@ func TestSetConfiguredCapacityPrefersTheSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Source != decide.SourceSpec || v.Configured.Key() != `{"cpu":"4","memory":"8Gi"}` {
+	if v.Source != types.SourceSpec || v.Configured.Key() != `{"cpu":"4","memory":"8Gi"}` {
 		t.Fatalf("wrote %s to %q, want the spec", v.Configured.Key(), v.Source)
 	}
 	u := getNode(t, fc)
-	if _, found, _ := unstructured.NestedString(u.Object, "metadata", "annotations", decide.AnnotationConfiguredCapacity); found {
+	if _, found, _ := unstructured.NestedString(u.Object, "metadata", "annotations", types.AnnotationConfiguredCapacity); found {
 		t.Error("the annotation was written too")
 	}
 }
@@ -74,10 +74,10 @@ func TestSetConfiguredCapacityFallsBackToTheAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Source != decide.SourceAnnotation || v.Configured.Key() != `{"cpu":"4","hugepages-2Mi":"1Gi"}` {
+	if v.Source != types.SourceAnnotation || v.Configured.Key() != `{"cpu":"4","hugepages-2Mi":"1Gi"}` {
 		t.Fatalf("wrote %s to %q, want the annotation", v.Configured.Key(), v.Source)
 	}
-	got, _, _ := unstructured.NestedString(getNode(t, fc).Object, "metadata", "annotations", decide.AnnotationConfiguredCapacity)
+	got, _, _ := unstructured.NestedString(getNode(t, fc).Object, "metadata", "annotations", types.AnnotationConfiguredCapacity)
 	if got != `{"cpu":"4","hugepages-2Mi":"1Gi"}` {
 		t.Errorf("annotation %q", got)
 	}
@@ -90,7 +90,7 @@ func TestSetConfiguredCapacityFallsBackToTheAnnotation(t *testing.T) {
 	if v.Configured.Present {
 		t.Fatalf("still configured: %+v", v.Configured)
 	}
-	if _, found, _ := unstructured.NestedString(getNode(t, fc).Object, "metadata", "annotations", decide.AnnotationConfiguredCapacity); found {
+	if _, found, _ := unstructured.NestedString(getNode(t, fc).Object, "metadata", "annotations", types.AnnotationConfiguredCapacity); found {
 		t.Error("the annotation is still there")
 	}
 }
@@ -115,10 +115,10 @@ func TestWatchNodeSeesChangesUntilDone(t *testing.T) {
 	c := NewNodeConfig(fc, "worker-1", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	seen := make(chan decide.NodeView, 10)
+	seen := make(chan types.NodeView, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.WatchNode(ctx, func(v decide.NodeView) (bool, error) {
+		done <- c.WatchNode(ctx, func(v types.NodeView) (bool, error) {
 			seen <- v
 			return v.Configured.Present, nil
 		})
@@ -132,7 +132,7 @@ func TestWatchNodeSeesChangesUntilDone(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("WatchNode: %v", err)
 	}
-	var last decide.NodeView
+	var last types.NodeView
 	for len(seen) > 0 {
 		last = <-seen
 	}
@@ -143,7 +143,7 @@ func TestWatchNodeSeesChangesUntilDone(t *testing.T) {
 	// Nothing to wait for: the context's end is the error.
 	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel2()
-	err := c.WatchNode(short, func(decide.NodeView) (bool, error) { return false, nil })
+	err := c.WatchNode(short, func(types.NodeView) (bool, error) { return false, nil })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WatchNode past its deadline: %v, want context.DeadlineExceeded", err)
 	}

@@ -19,9 +19,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/kubetest"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/types"
 )
 
 // eventFailures fails the first n event creates with err, and counts the
@@ -100,8 +100,8 @@ func (h *eventHarness) dropped() float64 {
 // the event time.
 func TestRelayEventFields(t *testing.T) {
 	h := startRelay(t, 0)
-	h.r.Event(decide.EventWarning, decide.EventEmergencyCapacityReduced, "cpu 8 → 4")
-	h.r.Event(decide.EventNormal, decide.EventCapacityAccepted, "accepted")
+	h.r.Event(types.EventWarning, types.EventEmergencyCapacityReduced, "cpu 8 → 4")
+	h.r.Event(types.EventNormal, types.EventCapacityAccepted, "accepted")
 	var evs []string
 	kubetest.WaitFor(t, "two events", func() bool { return len(typedEvents(t, h.client)) == 2 })
 	hostname, _ := os.Hostname()

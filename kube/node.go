@@ -9,7 +9,7 @@ import (
 
 	"github.com/node-resized/node-resized/resources"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 )
 
 // rawNode is the part of a Node this package reads, decoded from raw JSON so
@@ -62,12 +62,12 @@ type managedFields struct {
 // entry with the time of its last write that changed anything. So a
 // status.capacity value owned by the kubelet is the kubelet's own view,
 // written after whatever the daemon last published there.
-func ParseNode(b []byte) (decide.NodeView, error) {
+func ParseNode(b []byte) (types.NodeView, error) {
 	var n rawNode
 	if err := json.Unmarshal(b, &n); err != nil {
-		return decide.NodeView{}, fmt.Errorf("decode Node: %w", err)
+		return types.NodeView{}, fmt.Errorf("decode Node: %w", err)
 	}
-	v := decide.NodeView{
+	v := types.NodeView{
 		Name:            n.Metadata.Name,
 		ResourceVersion: n.Metadata.ResourceVersion,
 		Capacity:        quantities(n.Status.Capacity),
@@ -75,11 +75,11 @@ func ParseNode(b []byte) (decide.NodeView, error) {
 	}
 	switch {
 	case len(n.Spec.ConfiguredCapacity) > 0 && string(n.Spec.ConfiguredCapacity) != "null":
-		v.Configured = parseResourceList(n.Spec.ConfiguredCapacity, decide.SourceSpec)
-		v.Source = decide.SourceSpec
-	case n.Metadata.Annotations[decide.AnnotationConfiguredCapacity] != "":
-		v.Configured = parseResourceList([]byte(n.Metadata.Annotations[decide.AnnotationConfiguredCapacity]), decide.SourceAnnotation)
-		v.Source = decide.SourceAnnotation
+		v.Configured = parseResourceList(n.Spec.ConfiguredCapacity, types.SourceSpec)
+		v.Source = types.SourceSpec
+	case n.Metadata.Annotations[types.AnnotationConfiguredCapacity] != "":
+		v.Configured = parseResourceList([]byte(n.Metadata.Annotations[types.AnnotationConfiguredCapacity]), types.SourceAnnotation)
+		v.Source = types.SourceAnnotation
 	}
 	for _, mf := range n.Metadata.ManagedFields {
 		if mf.Subresource == "status" {
@@ -105,10 +105,10 @@ func ParseNode(b []byte) (decide.NodeView, error) {
 		switch c.Type {
 		case "Ready":
 			v.Ready = c.Status == "True"
-		case decide.ConditionType:
-			v.Condition = &decide.Condition{
-				Status:             decide.ConditionStatus(c.Status),
-				Reason:             decide.Reason(c.Reason),
+		case types.ConditionType:
+			v.Condition = &types.Condition{
+				Status:             types.ConditionStatus(c.Status),
+				Reason:             types.Reason(c.Reason),
 				Message:            c.Message,
 				LastTransitionTime: c.LastTransitionTime,
 			}
@@ -122,10 +122,10 @@ func ParseNode(b []byte) (decide.NodeView, error) {
 // marks the request Infeasible instead of ignoring it. Each value is taken
 // as resource.Quantity takes it: a string as written, a JSON number as the
 // quantity its literal spells (1.5, 1e3, 0.0000001), never rounded.
-func parseResourceList(b []byte, source string) decide.Configured {
+func parseResourceList(b []byte, source string) types.Configured {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil || m == nil {
-		return decide.Configured{Present: true, Invalid: fmt.Sprintf("%s is not a JSON object of quantities: %.80q", source, string(b))}
+		return types.Configured{Present: true, Invalid: fmt.Sprintf("%s is not a JSON object of quantities: %.80q", source, string(b))}
 	}
 	raw := make(map[string]string, len(m))
 	var bad []string
@@ -145,9 +145,9 @@ func parseResourceList(b []byte, source string) decide.Configured {
 	}
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return decide.Configured{Present: true, Invalid: fmt.Sprintf("%s: %s: want a quantity string", source, strings.Join(bad, ", "))}
+		return types.Configured{Present: true, Invalid: fmt.Sprintf("%s: %s: want a quantity string", source, strings.Join(bad, ", "))}
 	}
-	return decide.Configured{Present: true, Raw: raw}
+	return types.Configured{Present: true, Raw: raw}
 }
 
 // quantities converts a ResourceList to base units. Unparsable entries are

@@ -12,7 +12,7 @@ import (
 
 	"github.com/node-resized/node-resized/resources"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 )
 
 func TestParseNodeConfiguredCapacity(t *testing.T) {
@@ -27,15 +27,15 @@ func TestParseNodeConfiguredCapacity(t *testing.T) {
 		{"absent", `{"metadata":{"name":"n"}}`, false, "", nil, ""},
 		{"spec field wins over annotation",
 			`{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"1\"}"}},"spec":{"configuredCapacity":{"cpu":"4","memory":"8Gi"}}}`,
-			true, decide.SourceSpec, map[string]string{"cpu": "4", "memory": "8Gi"}, ""},
+			true, types.SourceSpec, map[string]string{"cpu": "4", "memory": "8Gi"}, ""},
 		{"annotation", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"2\",\"memory\":\"4Gi\"}"}}}`,
-			true, decide.SourceAnnotation, map[string]string{"cpu": "2", "memory": "4Gi"}, ""},
+			true, types.SourceAnnotation, map[string]string{"cpu": "2", "memory": "4Gi"}, ""},
 		{"annotation with numbers", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":2}"}}}`,
-			true, decide.SourceAnnotation, map[string]string{"cpu": "2"}, ""},
+			true, types.SourceAnnotation, map[string]string{"cpu": "2"}, ""},
 		{"garbage annotation", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"four cpus please"}}}`,
-			true, decide.SourceAnnotation, nil, "not a JSON object"},
+			true, types.SourceAnnotation, nil, "not a JSON object"},
 		{"nested object", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":{\"n\":1}}"}}}`,
-			true, decide.SourceAnnotation, nil, "want a quantity string"},
+			true, types.SourceAnnotation, nil, "want a quantity string"},
 		{"empty annotation is absent", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":""}}}`, false, "", nil, ""},
 		{"null spec field falls back", `{"metadata":{"name":"n"},"spec":{"configuredCapacity":null}}`, false, "", nil, ""},
 	} {
@@ -76,7 +76,7 @@ func TestParseNodeStatus(t *testing.T) {
 	if v.Capacity["cpu"] != 4000 || v.Capacity["memory"] != 16<<30 || v.Allocatable["cpu"] != 3500 {
 		t.Errorf("capacity %v allocatable %v", v.Capacity, v.Allocatable)
 	}
-	if !v.Ready || v.Condition == nil || v.Condition.Reason != decide.ReasonInfeasible || v.Condition.Message != "too big" {
+	if !v.Ready || v.Condition == nil || v.Condition.Reason != types.ReasonInfeasible || v.Condition.Message != "too big" {
 		t.Errorf("ready %v condition %+v", v.Ready, v.Condition)
 	}
 	if _, err := ParseNode([]byte(`{`)); err == nil {
@@ -88,13 +88,13 @@ func TestParseNodeStatus(t *testing.T) {
 // their literals spell, to the last digit; anything else that is not a
 // string makes the request malformed.
 func TestAnnotationNumbers(t *testing.T) {
-	c := parseResourceList([]byte(`{"cpu": 1.5, "memory": 8589934592, "hugepages-2Mi": 1e3, "ephemeral-storage": 0.0000001, "x": "4"}`), decide.SourceAnnotation)
+	c := parseResourceList([]byte(`{"cpu": 1.5, "memory": 8589934592, "hugepages-2Mi": 1e3, "ephemeral-storage": 0.0000001, "x": "4"}`), types.SourceAnnotation)
 	want := map[string]string{"cpu": "1.5", "memory": "8589934592", "hugepages-2Mi": "1e3", "ephemeral-storage": "0.0000001", "x": "4"}
 	if c.Invalid != "" || !reflect.DeepEqual(c.Raw, want) {
 		t.Fatalf("parsed %+v, want raw %v", c, want)
 	}
 	for _, bad := range []string{`{"cpu": true}`, `{"cpu": {"a": 1}}`, `{"cpu": null}`, `[1]`, `4`} {
-		if c := parseResourceList([]byte(bad), decide.SourceAnnotation); c.Invalid == "" {
+		if c := parseResourceList([]byte(bad), types.SourceAnnotation); c.Invalid == "" {
 			t.Errorf("%s: parsed %+v, want it invalid", bad, c)
 		}
 	}
@@ -122,7 +122,7 @@ func TestResourceListMatchesKubeletForms(t *testing.T) {
 func TestCapacityOwners(t *testing.T) {
 	fm := managedfieldstest.NewTestFieldManagerSubresource(managedfields.NewDeducedTypeConverter(),
 		schema.GroupVersionKind{Version: "v1", Kind: "Node"}, "status")
-	write := func(manager string, capacity map[string]any, heartbeat string) decide.NodeView {
+	write := func(manager string, capacity map[string]any, heartbeat string) types.NodeView {
 		t.Helper()
 		obj := fm.Live().(*unstructured.Unstructured).DeepCopy()
 		obj.SetName("n")
@@ -146,7 +146,7 @@ func TestCapacityOwners(t *testing.T) {
 		}
 		return v
 	}
-	owners := func(v decide.NodeView, want map[string]string) {
+	owners := func(v types.NodeView, want map[string]string) {
 		t.Helper()
 		if !reflect.DeepEqual(v.CapacityOwners, want) {
 			t.Fatalf("capacity owners %v, want %v", v.CapacityOwners, want)

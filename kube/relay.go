@@ -13,17 +13,17 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
 )
 
 // DefaultKubeconfig is the kubelet's own kubeconfig: using it puts the
@@ -82,7 +82,7 @@ type Options struct {
 	GainWindow time.Duration
 	// Clock is the relay's clock (default the real one).
 	Clock clock.Clock
-	// Taint turns on the NoSchedule taint decide.TaintKey: each status
+	// Taint turns on the NoSchedule taint types.TaintKey: each status
 	// carries whether it is wanted, and the relay sets it before the
 	// status patch that asks for it and lifts it after the one that no
 	// longer does (see syncTaint). The identity needs to patch the Node
@@ -196,14 +196,14 @@ type Relay struct {
 
 	wake chan struct{}
 
-	mu   sync.Mutex         // guards the fields below
-	subs []NodeSubscriber   // the watch's subscribers, in order
-	want *decide.NodeStatus // the newest wanted status, nil when none
+	mu   sync.Mutex        // guards the fields below
+	subs []NodeSubscriber  // the watch's subscribers, in order
+	want *types.NodeStatus // the newest wanted status, nil when none
 	// wantFrom is when the wanted status was first wanted since the last
 	// acknowledged patch, wantAt when it last changed: a gain is held
 	// until wantAt+GainWindow, at most until wantFrom+2×GainWindow.
 	wantFrom, wantAt time.Time
-	sent             *decide.NodeStatus // the last status the API server acknowledged
+	sent             *types.NodeStatus // the last status the API server acknowledged
 	patches          uint64
 	lastErr          error
 	lastPatch        time.Time
@@ -330,7 +330,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // Publish sets the wanted Node status. It never blocks: the worker sends
 // the newest wanted status, so a burst of changes costs one patch.
-func (r *Relay) Publish(s decide.NodeStatus) {
+func (r *Relay) Publish(s types.NodeStatus) {
 	now := r.clock.Now()
 	r.mu.Lock()
 	if r.want != nil && !r.want.Since.IsZero() && (s.Since.IsZero() || r.want.Since.Before(s.Since)) {
@@ -355,12 +355,12 @@ func (r *Relay) Publish(s decide.NodeStatus) {
 // the event is queued for Run's event writer, which tries again while
 // the API server is away, and drops it, with a log line, when too many
 // are waiting.
-func (r *Relay) Event(eventType decide.EventType, reason, message string) {
+func (r *Relay) Event(eventType types.EventType, reason, message string) {
 	r.events.record(r.events.event(string(eventType), reason, "Resize", message))
 }
 
 // Stats are the relay's counters.
-type Stats = decide.RelayStats
+type Stats = types.RelayStats
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() Stats {
@@ -440,7 +440,7 @@ func (r *Relay) held() time.Duration {
 // gain reports whether to only adds capacity to from: no capacity or
 // allocatable value lower or gone, at least one higher or new, and the
 // same taint. The condition may differ (a gain that fulfils a request).
-func gain(from, to decide.NodeStatus) bool {
+func gain(from, to types.NodeStatus) bool {
 	if from.Taint != to.Taint {
 		return false
 	}
@@ -463,7 +463,7 @@ func gain(from, to decide.NodeStatus) bool {
 
 // sameStatus reports whether a and b ask for the same Node status (their
 // hardware-change times aside).
-func sameStatus(a, b decide.NodeStatus) bool {
+func sameStatus(a, b types.NodeStatus) bool {
 	return a.Capacity.Equal(b.Capacity) && a.Allocatable.Equal(b.Allocatable) && a.Taint == b.Taint &&
 		a.Condition.Same(b.Condition)
 }
@@ -471,7 +471,7 @@ func sameStatus(a, b decide.NodeStatus) bool {
 // send sends one wanted status: a taint the status asks for is set
 // before the status patch (no pod is placed against the new status
 // before it is there), and one it no longer asks for is lifted after.
-func (r *Relay) send(ctx context.Context, s decide.NodeStatus) error {
+func (r *Relay) send(ctx context.Context, s types.NodeStatus) error {
 	if s.Taint {
 		if err := r.syncTaint(ctx, true); err != nil {
 			return err
@@ -496,7 +496,7 @@ func (r *Relay) patchFailed(err error, retryIn time.Duration) {
 }
 
 // patched records that the API server acknowledged want.
-func (r *Relay) patched(want *decide.NodeStatus) {
+func (r *Relay) patched(want *types.NodeStatus) {
 	r.mu.Lock()
 	r.lastErr = nil
 	r.patches++
@@ -521,7 +521,7 @@ func (r *Relay) patched(want *decide.NodeStatus) {
 // resources node-resized manages in capacity and allocatable (pods and
 // extended resources are left alone) and its own condition (conditions
 // merge by type, so no other condition is touched).
-func (r *Relay) patch(ctx context.Context, s decide.NodeStatus) error {
+func (r *Relay) patch(ctx context.Context, s types.NodeStatus) error {
 	now := metav1.NewTime(r.clock.Now())
 	ltt := metav1.NewTime(s.Condition.LastTransitionTime)
 	if s.Condition.LastTransitionTime.IsZero() {
@@ -532,7 +532,7 @@ func (r *Relay) patch(ctx context.Context, s decide.NodeStatus) error {
 			"capacity":    s.Capacity.Strings(),
 			"allocatable": s.Allocatable.Strings(),
 			"conditions": []map[string]any{{
-				"type":               decide.ConditionType,
+				"type":               types.ConditionType,
 				"status":             string(s.Condition.Status),
 				"reason":             string(s.Condition.Reason),
 				"message":            s.Condition.Message,
@@ -547,7 +547,7 @@ func (r *Relay) patch(ctx context.Context, s decide.NodeStatus) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager}, "status")
+	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, k8stypes.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager}, "status")
 	if err != nil {
 		return fmt.Errorf("patch Node %s status: %w", r.opts.NodeName, err)
 	}

@@ -25,10 +25,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/kubetest"
 	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/types"
 )
 
 // Backoff bounds of the relay under test, in fake time.
@@ -167,21 +167,21 @@ func (h *relayHarness) fireRetry(t *testing.T, base time.Duration) {
 	h.clock.Step(base/2 + time.Nanosecond)
 }
 
-func status(cpu int64, reason decide.Reason) decide.NodeStatus {
-	st := decide.StatusTrue
-	if reason != decide.ReasonAccepted {
-		st = decide.StatusFalse
+func status(cpu int64, reason types.Reason) types.NodeStatus {
+	st := types.StatusTrue
+	if reason != types.ReasonAccepted {
+		st = types.StatusFalse
 	}
-	return decide.NodeStatus{
+	return types.NodeStatus{
 		Capacity:    resources.List{"cpu": cpu * 1000, "memory": 8 << 30},
 		Allocatable: resources.List{"cpu": cpu * 1000, "memory": 7 << 30},
-		Condition:   decide.Condition{Status: st, Reason: reason, Message: "m"},
+		Condition:   types.Condition{Status: st, Reason: reason, Message: "m"},
 	}
 }
 
 func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	h := startRelay(t, 0)
-	s := status(4, decide.ReasonAccepted)
+	s := status(4, types.ReasonAccepted)
 	s.Since = h.clock.Now().Add(-5 * time.Millisecond)
 	h.r.Publish(s)
 	kubetest.WaitFor(t, "one patch", func() bool { return h.r.Stats().Patches == 1 })
@@ -202,8 +202,8 @@ func TestPatchIsMinimalAndKeepsOtherConditions(t *testing.T) {
 	var ready, ours bool
 	for _, c := range n.Status.Conditions {
 		ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
-		ours = ours || (c.Type == decide.ConditionType && c.Reason == "Accepted")
-		if c.Type == decide.ConditionType && !c.LastHeartbeatTime.Time.Equal(h.clock.Now()) {
+		ours = ours || (c.Type == types.ConditionType && c.Reason == "Accepted")
+		if c.Type == types.ConditionType && !c.LastHeartbeatTime.Time.Equal(h.clock.Now()) {
 			t.Errorf("heartbeat %v, want the relay's clock %v", c.LastHeartbeatTime, h.clock.Now())
 		}
 	}
@@ -222,10 +222,10 @@ func TestNewestStatusWinsAfterOutage(t *testing.T) {
 	h := startRelay(t, 3)
 	// The API server is away for the first three attempts; meanwhile the
 	// machine changes twice more. Only the newest status may land.
-	h.r.Publish(status(4, decide.ReasonAccepted))
+	h.r.Publish(status(4, types.ReasonAccepted))
 	kubetest.WaitFor(t, "a failed attempt", func() bool { return testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")) >= 1 })
-	h.r.Publish(status(3, decide.ReasonAccepted))
-	h.r.Publish(status(2, decide.ReasonEmergencyReduced))
+	h.r.Publish(status(3, types.ReasonAccepted))
+	h.r.Publish(status(2, types.ReasonEmergencyReduced))
 	for h.rec.count() == 0 {
 		kubetest.WaitFor(t, "a retry or a patch", func() bool { return h.clock.HasWaiters() || h.rec.count() > 0 })
 		h.clock.Step(testMaxBackoff * 3 / 2)
@@ -248,7 +248,7 @@ func TestNewestStatusWinsAfterOutage(t *testing.T) {
 // MaxBackoff, and a success starts over from MinBackoff.
 func TestPatchBackoffDoublesToItsCapAndResets(t *testing.T) {
 	h := startRelay(t, 5)
-	h.r.Publish(status(4, decide.ReasonAccepted))
+	h.r.Publish(status(4, types.ReasonAccepted))
 	for i, base := range []time.Duration{1, 2, 4, 4, 4} {
 		h.fireRetry(t, base*testMinBackoff)
 		kubetest.WaitFor(t, "the next attempt", func() bool { return h.rec.tries() == i+2 })
@@ -257,7 +257,7 @@ func TestPatchBackoffDoublesToItsCapAndResets(t *testing.T) {
 	h.rec.mu.Lock()
 	h.rec.fail = 1
 	h.rec.mu.Unlock()
-	h.r.Publish(status(3, decide.ReasonAccepted))
+	h.r.Publish(status(3, types.ReasonAccepted))
 	kubetest.WaitFor(t, "a failed attempt", func() bool { return h.rec.tries() == 7 })
 	h.fireRetry(t, testMinBackoff)
 	kubetest.WaitFor(t, "the second patch", func() bool { return h.rec.count() == 2 })
@@ -267,7 +267,7 @@ func TestBurstOfPublishesIsOnePatch(t *testing.T) {
 	h := startRelay(t, 0)
 	h.rec.mu.Lock() // hold the first patch so the burst piles up behind it
 	for i := range 512 {
-		h.r.Publish(status(int64(1+i%4), decide.ReasonAccepted))
+		h.r.Publish(status(int64(1+i%4), types.ReasonAccepted))
 	}
 	h.rec.mu.Unlock()
 	kubetest.WaitFor(t, "no pending status", func() bool { return !h.r.Stats().Pending && h.rec.count() > 0 })
@@ -304,20 +304,20 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 	const w = 250 * time.Millisecond
 	var mu sync.Mutex
 	var calls []string
-	views := make(chan decide.NodeView, 10)
+	views := make(chan types.NodeView, 10)
 	h := startRelayWith(t, 0, func(_ *corev1.Node, o *Options) { o.GainWindow = w },
 		viewRecorder{name: "watch", log: &calls, mu: &mu, views: views})
-	nextView(t, views)                            // the initial list is over: the Node shows 4 CPUs, nothing to republish
-	h.r.Publish(status(4, decide.ReasonAccepted)) // the first status: at once
+	nextView(t, views)                           // the initial list is over: the Node shows 4 CPUs, nothing to republish
+	h.r.Publish(status(4, types.ReasonAccepted)) // the first status: at once
 	kubetest.WaitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
 
 	// A leading and a trailing gain 100ms apart: one patch, a window
 	// after the trailing one.
-	h.r.Publish(status(5, decide.ReasonAccepted))
+	h.r.Publish(status(5, types.ReasonAccepted))
 	kubetest.WaitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 	h.stepped = h.r.armed.Load()
 	h.clock.Step(100 * time.Millisecond)
-	h.r.Publish(status(8, decide.ReasonAccepted))
+	h.r.Publish(status(8, types.ReasonAccepted))
 	h.heldFor(t, w)
 	if got := h.cpu(t); got != "8" || h.rec.count() != 2 {
 		t.Errorf("Node cpu %s after %d patches, want 8 after 2", got, h.rec.count())
@@ -326,27 +326,27 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 	// Gains that keep coming are patched twice the window after the
 	// first.
 	for cpu := int64(9); cpu <= 10; cpu++ {
-		h.r.Publish(status(cpu, decide.ReasonAccepted))
+		h.r.Publish(status(cpu, types.ReasonAccepted))
 		kubetest.WaitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
 		h.stepped = h.r.armed.Load()
 		h.clock.Step(200 * time.Millisecond)
 	}
-	h.r.Publish(status(11, decide.ReasonAccepted))
+	h.r.Publish(status(11, types.ReasonAccepted))
 	h.heldFor(t, 2*w-400*time.Millisecond)
 	if got := h.cpu(t); got != "11" || h.rec.count() != 3 {
 		t.Errorf("Node cpu %s after %d patches, want 11 after 3", got, h.rec.count())
 	}
 
 	// A loss is patched at once and takes a held gain's place.
-	h.r.Publish(status(12, decide.ReasonAccepted))
+	h.r.Publish(status(12, types.ReasonAccepted))
 	kubetest.WaitFor(t, "the worker to hold the gain", func() bool { return h.r.armed.Load() > h.stepped && h.clock.HasWaiters() })
-	h.r.Publish(status(3, decide.ReasonEmergencyReduced))
+	h.r.Publish(status(3, types.ReasonEmergencyReduced))
 	kubetest.WaitFor(t, "the loss's patch", func() bool { return h.rec.count() == 4 && !h.r.Stats().Pending })
 	if got := h.cpu(t); got != "3" {
 		t.Errorf("Node cpu %s after the loss, want 3", got)
 	}
 	// So is a status with the same capacity and another condition.
-	s := status(3, decide.ReasonAccepted)
+	s := status(3, types.ReasonAccepted)
 	h.r.Publish(s)
 	kubetest.WaitFor(t, "the condition's patch", func() bool { return h.rec.count() == 5 && !h.r.Stats().Pending })
 }
@@ -356,24 +356,24 @@ func TestGainIsHeldForItsWindow(t *testing.T) {
 func TestGainWindowCountsFromTheLastChange(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	r := New(fakeAPI(t), dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{NodeName: "worker-1", Clock: clk, GainWindow: time.Second})
-	r.sent = &decide.NodeStatus{Capacity: resources.List{"cpu": 4000}}
+	r.sent = &types.NodeStatus{Capacity: resources.List{"cpu": 4000}}
 	first := clk.Now()
-	r.Publish(status(5, decide.ReasonAccepted))
+	r.Publish(status(5, types.ReasonAccepted))
 	clk.Step(300 * time.Millisecond)
-	r.Publish(status(5, decide.ReasonAccepted))
+	r.Publish(status(5, types.ReasonAccepted))
 	r.mu.Lock()
 	if !r.wantFrom.Equal(first) || !r.wantAt.Equal(first) || r.held() != 700*time.Millisecond {
 		t.Errorf("after the same status again: wanted from %v, changed at %v, held %v; want %v, %v, 700ms", r.wantFrom, r.wantAt, r.held(), first, first)
 	}
 	r.mu.Unlock()
-	r.Publish(status(6, decide.ReasonAccepted)) // at 300ms
+	r.Publish(status(6, types.ReasonAccepted)) // at 300ms
 	clk.Step(900 * time.Millisecond)
 	r.mu.Lock()
 	if r.held() != 100*time.Millisecond {
 		t.Errorf("held %v 900ms after another gain, want the rest of its window, 100ms", r.held())
 	}
 	r.mu.Unlock()
-	r.Publish(status(7, decide.ReasonAccepted)) // at 1200ms
+	r.Publish(status(7, types.ReasonAccepted)) // at 1200ms
 	r.mu.Lock()
 	if r.held() != 800*time.Millisecond {
 		t.Errorf("held %v after a gain at 1.2s, want the rest of twice the window from the first, 800ms", r.held())
@@ -383,13 +383,13 @@ func TestGainWindowCountsFromTheLastChange(t *testing.T) {
 
 func TestGain(t *testing.T) {
 	l := func(cpu, mem int64) resources.List { return resources.List{"cpu": cpu, "memory": mem} }
-	st := func(capac, alloc resources.List, taint bool) decide.NodeStatus {
-		return decide.NodeStatus{Capacity: capac, Allocatable: alloc, Taint: taint}
+	st := func(capac, alloc resources.List, taint bool) types.NodeStatus {
+		return types.NodeStatus{Capacity: capac, Allocatable: alloc, Taint: taint}
 	}
 	from := st(l(4, 8), l(4, 7), false)
 	for _, tc := range []struct {
 		name string
-		to   decide.NodeStatus
+		to   types.NodeStatus
 		want bool
 	}{
 		{"more cpu", st(l(5, 8), l(5, 7), false), true},
@@ -411,10 +411,10 @@ type viewRecorder struct {
 	name  string
 	log   *[]string
 	mu    *sync.Mutex
-	views chan decide.NodeView
+	views chan types.NodeView
 }
 
-func (v viewRecorder) OnNode(n decide.NodeView) {
+func (v viewRecorder) OnNode(n types.NodeView) {
 	v.mu.Lock()
 	*v.log = append(*v.log, v.name)
 	v.mu.Unlock()
@@ -429,14 +429,14 @@ func (v viewRecorder) OnNode(n decide.NodeView) {
 func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 	var mu sync.Mutex
 	var calls []string
-	views := make(chan decide.NodeView, 10)
+	views := make(chan types.NodeView, 10)
 	h := startRelay(t, 0, viewRecorder{name: "first", log: &calls, mu: &mu}, viewRecorder{name: "second", log: &calls, mu: &mu, views: views})
 	nextView(t, views) // the initial list
-	s := status(2, decide.ReasonEmergencyReduced)
+	s := status(2, types.ReasonEmergencyReduced)
 	h.r.Publish(s)
 	kubetest.WaitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
 
-	ours := map[string]any{"type": decide.ConditionType, "status": string(s.Condition.Status), "reason": string(s.Condition.Reason)}
+	ours := map[string]any{"type": types.ConditionType, "status": string(s.Condition.Status), "reason": string(s.Condition.Reason)}
 	update := func(cpu string) {
 		t.Helper()
 		n := unstructuredNode(map[string]any{"cpu": cpu, "memory": "8Gi"}, map[string]any{"cpu": "2", "memory": "7Gi"}, ours)
@@ -464,14 +464,14 @@ func TestRepublishWhenTheKubeletRevertsCapacity(t *testing.T) {
 }
 
 // nextView is the next view a viewRecorder was given.
-func nextView(t *testing.T, views <-chan decide.NodeView) decide.NodeView {
+func nextView(t *testing.T, views <-chan types.NodeView) types.NodeView {
 	t.Helper()
 	select {
 	case v := <-views:
 		return v
 	case <-time.After(10 * time.Second):
 		t.Fatal("no Node view within 10s")
-		return decide.NodeView{}
+		return types.NodeView{}
 	}
 }
 

@@ -10,16 +10,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/types"
 )
 
 // The taint node-resized sets while the kubelet has not adopted a loss.
-var staleTaint = corev1.Taint{Key: decide.TaintKey, Effect: corev1.TaintEffectNoSchedule}
+var staleTaint = corev1.Taint{Key: types.TaintKey, Effect: corev1.TaintEffectNoSchedule}
 
-// syncTaint makes the Node carry the NoSchedule taint decide.TaintKey or
+// syncTaint makes the Node carry the NoSchedule taint types.TaintKey or
 // not, when Options.Taint turns the taint on; it does nothing when the
 // Node was last seen as wanted. Taints live in spec.taints, which a
 // status patch cannot change, so this is a patch of the Node object
@@ -54,7 +54,7 @@ func (r *Relay) syncTaint(ctx context.Context, on bool) error {
 			r.taintSeen, r.taintRefused = &on, nil
 			r.mu.Unlock()
 			if changed {
-				r.log.Info("Node taint set", "node", r.opts.NodeName, "taint", decide.TaintKey+":NoSchedule", "on", on)
+				r.log.Info("Node taint set", "node", r.opts.NodeName, "taint", types.TaintKey+":NoSchedule", "on", on)
 			}
 		}
 		break
@@ -66,11 +66,11 @@ func (r *Relay) syncTaint(ctx context.Context, on bool) error {
 		r.m.ResizeErrors.WithLabelValues("api_patch").Inc()
 		r.log.Error("the Node's taint cannot be changed with this identity: the NodeRestriction admission plugin forbids a node to change its own taints; "+
 			"run node-resized with a dedicated identity (packaging/rbac.yaml) or without --taint-while-stale",
-			"node", r.opts.NodeName, "taint", decide.TaintKey, "on", on, "err", err)
+			"node", r.opts.NodeName, "taint", types.TaintKey, "on", on, "err", err)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("set taint %s on Node %s to %v: %w", decide.TaintKey, r.opts.NodeName, on, err)
+		return fmt.Errorf("set taint %s on Node %s to %v: %w", types.TaintKey, r.opts.NodeName, on, err)
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func (r *Relay) setTaint(ctx context.Context, on bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode taint patch: %w", err)
 	}
-	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager})
+	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, k8stypes.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: objects.FieldManager})
 	return err == nil, err
 }
 

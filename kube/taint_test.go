@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/types"
 )
 
 var otherTaint = corev1.Taint{Key: "example.com/maintenance", Value: "x", Effect: corev1.TaintEffectNoExecute}
@@ -65,12 +65,12 @@ func startTaintRelay(t *testing.T, on bool, sp *specPatches) *relayHarness {
 	return h
 }
 
-func tainted(s decide.NodeStatus) decide.NodeStatus { s.Taint = true; return s }
+func tainted(s types.NodeStatus) types.NodeStatus { s.Taint = true; return s }
 
 func TestTaintSetWithTheStatusAndLiftedAfter(t *testing.T) {
 	sp := &specPatches{conflicts: 1}
 	h := startTaintRelay(t, true, sp)
-	h.r.Publish(tainted(status(2, decide.ReasonInProgress)))
+	h.r.Publish(tainted(status(2, types.ReasonInProgress)))
 	kubetest.WaitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
 	if got, want := taintsOf(t, h), []corev1.Taint{otherTaint, staleTaint}; !slices.Equal(got, want) {
 		t.Fatalf("taints %+v, want %+v", got, want)
@@ -79,12 +79,12 @@ func TestTaintSetWithTheStatusAndLiftedAfter(t *testing.T) {
 		t.Errorf("%d taint patches, want 2 (a conflict, retried)", sp.count())
 	}
 	// The same wanted taint again: no second taint patch.
-	h.r.Publish(tainted(status(2, decide.ReasonEmergencyReduced)))
+	h.r.Publish(tainted(status(2, types.ReasonEmergencyReduced)))
 	kubetest.WaitFor(t, "the second status patch", func() bool { return h.r.Stats().Patches == 2 })
 	if sp.count() != 2 {
 		t.Errorf("%d taint patches after an unchanged taint, want 2", sp.count())
 	}
-	h.r.Publish(status(2, decide.ReasonAccepted))
+	h.r.Publish(status(2, types.ReasonAccepted))
 	kubetest.WaitFor(t, "the taint lifted", func() bool { return len(taintsOf(t, h)) == 1 })
 	if got := taintsOf(t, h); !slices.Equal(got, []corev1.Taint{otherTaint}) {
 		t.Fatalf("taints %+v: another's taint must stay", got)
@@ -94,7 +94,7 @@ func TestTaintSetWithTheStatusAndLiftedAfter(t *testing.T) {
 func TestTaintTurnedOff(t *testing.T) {
 	sp := &specPatches{}
 	h := startTaintRelay(t, false, sp)
-	h.r.Publish(tainted(status(2, decide.ReasonInProgress)))
+	h.r.Publish(tainted(status(2, types.ReasonInProgress)))
 	kubetest.WaitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
 	if sp.count() != 0 || len(taintsOf(t, h)) != 1 {
 		t.Fatalf("%d taint patches, taints %+v, with the taint off", sp.count(), taintsOf(t, h))
@@ -108,9 +108,9 @@ func TestTaintRefusedByNodeRestriction(t *testing.T) {
 	sp := &specPatches{err: apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "worker-1",
 		errForbiddenTaints)}
 	h := startTaintRelay(t, true, sp)
-	h.r.Publish(tainted(status(2, decide.ReasonInProgress)))
+	h.r.Publish(tainted(status(2, types.ReasonInProgress)))
 	kubetest.WaitFor(t, "the status patch", func() bool { return h.r.Stats().Patches == 1 })
-	h.r.Publish(tainted(status(2, decide.ReasonEmergencyReduced)))
+	h.r.Publish(tainted(status(2, types.ReasonEmergencyReduced)))
 	kubetest.WaitFor(t, "the second status patch", func() bool { return h.r.Stats().Patches == 2 })
 	if sp.count() != 1 || testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")) != 1 {
 		t.Errorf("%d taint patches, %v errors; want one of each", sp.count(), testutil.ToFloat64(h.m.ResizeErrors.WithLabelValues("api_patch")))

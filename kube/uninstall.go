@@ -9,10 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/objects"
+	"github.com/node-resized/node-resized/types"
 )
 
 // Taking node-resized's marks off its Node, for node-resized --uninstall.
@@ -42,23 +42,23 @@ func (r *Relay) RemoveCondition(ctx context.Context) (bool, error) {
 	}
 	found := false
 	for _, c := range n.Status.Conditions {
-		found = found || c.Type == decide.ConditionType
+		found = found || c.Type == types.ConditionType
 	}
 	if !found {
 		return false, nil
 	}
 	body, err := json.Marshal(map[string]any{
 		"status": map[string]any{
-			"conditions": []map[string]any{{"type": decide.ConditionType, "$patch": "delete"}},
+			"conditions": []map[string]any{{"type": types.ConditionType, "$patch": "delete"}},
 		},
 	})
 	if err != nil {
 		return false, fmt.Errorf("encode the condition's removal: %w", err)
 	}
-	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, types.StrategicMergePatchType, body,
+	_, err = r.client.Resource(objects.Nodes).Patch(ctx, r.opts.NodeName, k8stypes.StrategicMergePatchType, body,
 		metav1.PatchOptions{FieldManager: objects.FieldManager}, "status")
 	if err != nil {
-		return false, fmt.Errorf("remove condition %s from Node %s: %w", decide.ConditionType, r.opts.NodeName, err)
+		return false, fmt.Errorf("remove condition %s from Node %s: %w", types.ConditionType, r.opts.NodeName, err)
 	}
 	return true, nil
 }
@@ -74,12 +74,12 @@ type TaintForbiddenError struct {
 func (e *TaintForbiddenError) Error() string {
 	return fmt.Sprintf("this identity may not change the taints of Node %s (the NodeRestriction admission plugin forbids a node's own identity to): "+
 		"remove it with kubectl taint node %s %s:NoSchedule-, or run again with a --kubeconfig whose identity may patch the Node (packaging/rbac.yaml): %v",
-		e.Node, e.Node, decide.TaintKey, e.Err)
+		e.Node, e.Node, types.TaintKey, e.Err)
 }
 
 func (e *TaintForbiddenError) Unwrap() error { return e.Err }
 
-// RemoveTaint takes the NoSchedule taint decide.TaintKey off the Node if
+// RemoveTaint takes the NoSchedule taint types.TaintKey off the Node if
 // it carries it, whether or not --taint-while-stale is on now (it may have
 // been on before), and reports whether it did. Reading the Node needs no
 // more than the node's own identity; changing its taints does (see
@@ -100,7 +100,7 @@ func (r *Relay) RemoveTaint(ctx context.Context) (bool, error) {
 	case apierrors.IsForbidden(err):
 		return false, &TaintForbiddenError{Node: r.opts.NodeName, Err: err}
 	case err != nil:
-		return false, fmt.Errorf("remove taint %s from Node %s: %w", decide.TaintKey, r.opts.NodeName, err)
+		return false, fmt.Errorf("remove taint %s from Node %s: %w", types.TaintKey, r.opts.NodeName, err)
 	}
 	return removed, nil
 }

@@ -17,7 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 )
 
 // removalRelay is a relay that is not run (as node-resized --uninstall
@@ -46,7 +46,7 @@ func countPatches(client *dynamicfake.FakeDynamicClient) func() int {
 
 func TestRemoveConditionKeepsTheOthers(t *testing.T) {
 	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}
-	ours := corev1.NodeCondition{Type: decide.ConditionType, Status: corev1.ConditionTrue, Reason: "Accepted"}
+	ours := corev1.NodeCondition{Type: types.ConditionType, Status: corev1.ConditionTrue, Reason: "Accepted"}
 	memory := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse}
 	r, client := removalRelay(t, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "worker-1"},
@@ -107,7 +107,7 @@ func TestRemoveTaintForbidden(t *testing.T) {
 	if !errors.As(err, &fe) || !apierrors.IsForbidden(err) {
 		t.Fatalf("err %v, want a TaintForbiddenError wrapping the refusal", err)
 	}
-	for _, want := range []string{"NodeRestriction", "kubectl taint node worker-1 " + decide.TaintKey + ":NoSchedule-"} {
+	for _, want := range []string{"NodeRestriction", "kubectl taint node worker-1 " + types.TaintKey + ":NoSchedule-"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

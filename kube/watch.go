@@ -16,21 +16,21 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/retry"
+	"github.com/node-resized/node-resized/types"
 )
 
 // NodeSubscriber receives the Node each time the relay's watch sees it.
 // The agent's OnNode has this shape.
 type NodeSubscriber interface {
-	OnNode(decide.NodeView)
+	OnNode(types.NodeView)
 }
 
 // NodeSubscriberFunc adapts a function to NodeSubscriber.
-type NodeSubscriberFunc func(decide.NodeView)
+type NodeSubscriberFunc func(types.NodeView)
 
 // OnNode calls f(v).
-func (f NodeSubscriberFunc) OnNode(v decide.NodeView) { f(v) }
+func (f NodeSubscriberFunc) OnNode(v types.NodeView) { f(v) }
 
 // Subscribe adds subscribers after the ones in Options. They get the
 // views the watch sees from then on; subscribing before Run gets them all.
@@ -43,20 +43,20 @@ func (r *Relay) Subscribe(subs ...NodeSubscriber) {
 // GetNode reads the Node once, as JSON, so that spec.configuredCapacity is
 // kept when the API server serves it. It does not retry: the caller bounds
 // it with ctx and goes on without the API server when it fails.
-func (r *Relay) GetNode(ctx context.Context) (decide.NodeView, error) {
+func (r *Relay) GetNode(ctx context.Context) (types.NodeView, error) {
 	u, err := r.nodes.Get(ctx, r.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("get Node %s: %w", r.opts.NodeName, err)
+		return types.NodeView{}, fmt.Errorf("get Node %s: %w", r.opts.NodeName, err)
 	}
 	return parseUnstructured(u)
 }
 
 // parseUnstructured reads a Node decoded as unstructured JSON. Unstructured
 // keeps every field the server sent; ParseNode picks what it needs.
-func parseUnstructured(u *unstructured.Unstructured) (decide.NodeView, error) {
+func parseUnstructured(u *unstructured.Unstructured) (types.NodeView, error) {
 	b, err := u.MarshalJSON()
 	if err != nil {
-		return decide.NodeView{}, fmt.Errorf("encode Node %s: %w", u.GetName(), err)
+		return types.NodeView{}, fmt.Errorf("encode Node %s: %w", u.GetName(), err)
 	}
 	return ParseNode(b)
 }
@@ -189,7 +189,7 @@ func (r *Relay) observe(obj any) {
 // republish sends the status the API server acknowledged last again if the
 // Node no longer shows it (a kubelet rewrote status.capacity from its own
 // view) and nothing newer is pending.
-func (r *Relay) republish(v decide.NodeView) {
+func (r *Relay) republish(v types.NodeView) {
 	r.mu.Lock()
 	sent := r.sent
 	pending := r.want != nil
@@ -205,7 +205,7 @@ func (r *Relay) republish(v decide.NodeView) {
 }
 
 // shows reports whether the Node shows the status s.
-func shows(v decide.NodeView, s decide.NodeStatus) bool {
+func shows(v types.NodeView, s types.NodeStatus) bool {
 	for k, want := range s.Capacity {
 		if got, ok := v.Capacity[k]; !ok || got != want {
 			return false

@@ -15,8 +15,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/types"
 )
 
 // nodeJSON is the Node worker-1 as an API server newer than the client
@@ -25,7 +25,7 @@ import (
 func nodeJSON(rv, spec, annotation string) string {
 	meta := map[string]any{"name": "worker-1", "resourceVersion": rv}
 	if annotation != "" {
-		meta["annotations"] = map[string]string{decide.AnnotationConfiguredCapacity: annotation}
+		meta["annotations"] = map[string]string{types.AnnotationConfiguredCapacity: annotation}
 	}
 	n := map[string]any{
 		"apiVersion": "v1", "kind": "Node", "metadata": meta,
@@ -158,19 +158,19 @@ func TestWatchKeepsUnknownFieldsAndFollowsBookmarks(t *testing.T) {
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	views := make(chan decide.NodeView, 10)
+	views := make(chan types.NodeView, 10)
 	logs := &kubetest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	startRelayOn(t, srv, log, NodeSubscriberFunc(func(v decide.NodeView) { views <- v }))
+	startRelayOn(t, srv, log, NodeSubscriberFunc(func(v types.NodeView) { views <- v }))
 
 	for i, want := range []struct {
 		source, cpu, rv string
 	}{
-		{decide.SourceSpec, "3", "10"},
-		{decide.SourceSpec, "5", "11"},
-		{decide.SourceAnnotation, "2", "20"},
+		{types.SourceSpec, "3", "10"},
+		{types.SourceSpec, "5", "11"},
+		{types.SourceAnnotation, "2", "20"},
 	} {
-		var v decide.NodeView
+		var v types.NodeView
 		select {
 		case v = <-views:
 		case <-time.After(10 * time.Second):
@@ -215,7 +215,7 @@ func TestGetNodeKeepsUnknownFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Source != decide.SourceSpec || v.Configured.Raw["cpu"] != "3" || v.ResourceVersion != "7" {
+	if v.Source != types.SourceSpec || v.Configured.Raw["cpu"] != "3" || v.ResourceVersion != "7" {
 		t.Errorf("GetNode: source %q configured %v rv %s; want spec cpu 3 rv 7", v.Source, v.Configured.Raw, v.ResourceVersion)
 	}
 	srv.Close()

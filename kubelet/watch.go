@@ -14,6 +14,7 @@ import (
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 )
 
 // Field managers as the API server records them: the kubelet's (from its
@@ -35,7 +36,7 @@ type UnitStater interface {
 // Sink takes each new view of the kubelet. OnKubelet must return quickly
 // and must not call back into the Watcher.
 type Sink interface {
-	OnKubelet(decide.KubeletView)
+	OnKubelet(types.KubeletView)
 }
 
 // WatcherOptions configure a Watcher.
@@ -95,7 +96,7 @@ type Watcher struct {
 	// Inputs.
 	unit      *UnitState // nil until systemd answered
 	unitErr   string
-	node      *decide.NodeView
+	node      *types.NodeView
 	alloc     *Allocatable
 	allocErr  string
 	phys      resources.List
@@ -107,7 +108,7 @@ type Watcher struct {
 	sources map[string]string
 	stale   bool
 	since   uint64
-	out     decide.KubeletView
+	out     types.KubeletView
 }
 
 // process names one kubelet process.
@@ -136,18 +137,18 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{opts: opts, wake: make(chan struct{}, 1), out: decide.KubeletView{Unit: opts.Unit}}
+	return &Watcher{opts: opts, wake: make(chan struct{}, 1), out: types.KubeletView{Unit: opts.Unit}}
 }
 
 // View returns the kubelet's view as it stands.
-func (w *Watcher) View() decide.KubeletView {
+func (w *Watcher) View() types.KubeletView {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.out
 }
 
 // OnNode takes a view of the Node (a kube.NodeSubscriber).
-func (w *Watcher) OnNode(v decide.NodeView) {
+func (w *Watcher) OnNode(v types.NodeView) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.node = &v
@@ -240,7 +241,7 @@ func (w *Watcher) update() {
 	}
 	w.stale = stale
 
-	v := decide.KubeletView{Unit: w.opts.Unit, UnitError: w.unitErr, Capacity: w.view.Clone(), Sources: maps.Clone(w.sources),
+	v := types.KubeletView{Unit: w.opts.Unit, UnitError: w.unitErr, Capacity: w.view.Clone(), Sources: maps.Clone(w.sources),
 		Ready: w.ready(), Stale: stale, StaleSince: w.since, PodResourcesError: w.allocErr}
 	if u := w.unit; u != nil {
 		v.LoadState, v.ActiveState, v.SubState, v.MainPID, v.Started = u.LoadState, u.ActiveState, u.SubState, u.MainPID, u.Started()

@@ -10,9 +10,9 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
 )
 
 type fakeUnits struct {
@@ -33,9 +33,9 @@ func (f *fakeUnits) set(pid uint32, started time.Time) {
 	f.st = UnitState{Unit: DefaultUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: pid, MainStart: started}
 }
 
-type sink struct{ views []decide.KubeletView }
+type sink struct{ views []types.KubeletView }
 
-func (s *sink) OnKubelet(v decide.KubeletView) { s.views = append(s.views, v) }
+func (s *sink) OnKubelet(v types.KubeletView) { s.views = append(s.views, v) }
 
 var w0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -43,8 +43,8 @@ const gi = int64(1) << 30
 
 // node is a Node whose status.capacity cpu is owned by cpuOwner; the
 // kubelet last wrote status at kw, the daemon at dw.
-func node(cpu int64, cpuOwner string, ready bool, kw, dw time.Time) decide.NodeView {
-	v := decide.NodeView{Ready: ready,
+func node(cpu int64, cpuOwner string, ready bool, kw, dw time.Time) types.NodeView {
+	v := types.NodeView{Ready: ready,
 		Capacity:       resources.List{resources.CPU: cpu * 1000, resources.Memory: 16 * gi, "pods": 110},
 		CapacityOwners: map[string]string{"cpu": cpuOwner, "memory": "kubelet", "pods": "kubelet"},
 		StatusWrites:   map[string]time.Time{}}

@@ -20,11 +20,11 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/api"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	top.SetOutput(io.Discard) // a wrong flag is one line, not the whole usage
 	top.Usage = func() {}
 	printUsage := func(w io.Writer) {
-		fmt.Fprintf(w, usage, api.DefaultSocket, kube.DefaultKubeconfig, decide.AnnotationConfiguredCapacity, api.DefaultSocket)
+		fmt.Fprintf(w, usage, api.DefaultSocket, kube.DefaultKubeconfig, types.AnnotationConfiguredCapacity, api.DefaultSocket)
 	}
 	g.register(top)
 	if err := top.Parse(args); err != nil {

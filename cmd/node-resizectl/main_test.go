@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/api"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
 )
 
 func TestSeqnumsStayReadable(t *testing.T) {
@@ -38,7 +38,7 @@ func TestSeqnumsStayReadable(t *testing.T) {
 func TestPrintKubelet(t *testing.T) {
 	var b strings.Builder
 	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	printKubelet(&b, &api.KubeletStatus{KubeletView: decide.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started,
+	printKubelet(&b, &api.KubeletStatus{KubeletView: types.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started,
 		Capacity: resources.List{resources.CPU: 4000}, Sources: map[string]string{"cpu": "status.capacity as the kubelet wrote it"},
 		Stale: true, StaleSince: 12}, Restart: "never", RestartBlocked: "restarts are turned off"}, started.Add(time.Minute))
 	out := b.String()

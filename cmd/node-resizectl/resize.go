@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
 )
 
 // Exit statuses. resize gives each outcome its own; the other commands use
@@ -29,7 +29,7 @@ const (
 // resizeHelp ends resize --help.
 const resizeHelp = `
 The value goes to the Node's spec.configuredCapacity when the API server keeps
-that field, otherwise to the annotation ` + decide.AnnotationConfiguredCapacity + `,
+that field, otherwise to the annotation ` + types.AnnotationConfiguredCapacity + `,
 where node-resized reads it. With --wait, node-resizectl watches the Node and
 prints each CapacityConfigured condition node-resized decides for this value
 (conditions left from an earlier value do not count).
@@ -106,7 +106,7 @@ func defaultNodeName() string {
 
 // request checks resize's flags and returns the configured capacity to
 // write (Present false for --clear). Its errors are usage errors.
-func (r *resizeFlags) request() (decide.Configured, error) {
+func (r *resizeFlags) request() (types.Configured, error) {
 	raw := map[string]string{}
 	add := func(name, value, from string) error {
 		canon, ok := resources.Canonical(name)
@@ -131,39 +131,39 @@ func (r *resizeFlags) request() (decide.Configured, error) {
 	for _, name := range namedResources {
 		if v := *r.amounts[name]; v != "" {
 			if err := add(name, v, "--"+name); err != nil {
-				return decide.Configured{}, err
+				return types.Configured{}, err
 			}
 		}
 	}
 	for _, s := range r.set {
 		name, value, ok := strings.Cut(s, "=")
 		if !ok || name == "" || value == "" {
-			return decide.Configured{}, fmt.Errorf("--set %q: want NAME=QUANTITY, e.g. --set hugepages-2Mi=1Gi", s)
+			return types.Configured{}, fmt.Errorf("--set %q: want NAME=QUANTITY, e.g. --set hugepages-2Mi=1Gi", s)
 		}
 		if err := add(name, value, "--set "+s); err != nil {
-			return decide.Configured{}, err
+			return types.Configured{}, err
 		}
 	}
 	switch {
 	case r.clear && len(raw) > 0:
-		return decide.Configured{}, errors.New("--clear removes the configured capacity: give it alone, without resources")
+		return types.Configured{}, errors.New("--clear removes the configured capacity: give it alone, without resources")
 	case r.clear:
-		return decide.Configured{}, nil
+		return types.Configured{}, nil
 	case len(raw) == 0:
-		return decide.Configured{}, errors.New("nothing to set: give --cpu, --memory, --ephemeral-storage, --hugepages-<size> or --set NAME=QUANTITY, or --clear")
+		return types.Configured{}, errors.New("nothing to set: give --cpu, --memory, --ephemeral-storage, --hugepages-<size> or --set NAME=QUANTITY, or --clear")
 	case r.timeout < 0:
-		return decide.Configured{}, fmt.Errorf("--timeout must not be negative, got %s", r.timeout)
+		return types.Configured{}, fmt.Errorf("--timeout must not be negative, got %s", r.timeout)
 	case r.nodeName == "":
-		return decide.Configured{}, errors.New("--node-name is empty, $NODE_NAME is unset and the hostname is unknown: set --node-name")
+		return types.Configured{}, errors.New("--node-name is empty, $NODE_NAME is unset and the hostname is unknown: set --node-name")
 	}
-	return decide.Configured{Present: true, Raw: raw}, nil
+	return types.Configured{Present: true, Raw: raw}, nil
 }
 
 // nodeConfig is what resize needs of kube.NodeConfig.
 type nodeConfig interface {
-	SetConfiguredCapacity(ctx context.Context, raw map[string]string) (decide.NodeView, error)
-	ClearConfiguredCapacity(ctx context.Context) (decide.NodeView, error)
-	WatchNode(ctx context.Context, f func(decide.NodeView) (bool, error)) error
+	SetConfiguredCapacity(ctx context.Context, raw map[string]string) (types.NodeView, error)
+	ClearConfiguredCapacity(ctx context.Context) (types.NodeView, error)
+	WatchNode(ctx context.Context, f func(types.NodeView) (bool, error)) error
 }
 
 var _ nodeConfig = (*kube.NodeConfig)(nil)
@@ -175,7 +175,7 @@ var connectNode = func(kubeconfig, nodeName string, log *slog.Logger) (nodeConfi
 
 // resize writes the configured capacity and, with --wait, follows the
 // condition until node-resized answers for it. It returns the exit status.
-func resize(ctx context.Context, r *resizeFlags, want decide.Configured, stdout, stderr io.Writer) int {
+func resize(ctx context.Context, r *resizeFlags, want types.Configured, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "node-resizectl resize: "+format+"\n", a...)
 		return code
@@ -192,7 +192,7 @@ func resize(ctx context.Context, r *resizeFlags, want decide.Configured, stdout,
 	if err != nil {
 		return fail(exitAPI, "%v", err)
 	}
-	var v decide.NodeView
+	var v types.NodeView
 	if want.Present {
 		v, err = nc.SetConfiguredCapacity(ctx, want.Raw)
 	} else {
@@ -236,11 +236,11 @@ func resize(ctx context.Context, r *resizeFlags, want decide.Configured, stdout,
 // waiter follows the Node's views until the condition answers the request
 // want. It prints each new condition decided for the request as progress.
 type waiter struct {
-	want decide.Configured
+	want types.Configured
 	out  io.Writer
 	// last is the condition printed last; waiting says the "waiting" line
 	// is printed; ours says the Node was seen with want configured.
-	last    *decide.Condition
+	last    *types.Condition
 	waiting bool
 	ours    bool
 	// code and why are the outcome once see returns true.
@@ -249,7 +249,7 @@ type waiter struct {
 }
 
 // see takes one view of the Node and reports whether the wait is over.
-func (w *waiter) see(v decide.NodeView) (bool, error) {
+func (w *waiter) see(v types.NodeView) (bool, error) {
 	if v.Configured.Key() == w.want.Key() {
 		w.ours = true
 	} else if w.ours {
@@ -271,17 +271,17 @@ func (w *waiter) see(v decide.NodeView) (bool, error) {
 		fmt.Fprintf(w.out, "%s  %-16s %s\n", time.Now().Format(time.TimeOnly), c.Reason, c.Message)
 	}
 	switch c.Reason {
-	case decide.ReasonAccepted:
+	case types.ReasonAccepted:
 		w.code = exitOK
 		return true, nil
-	case decide.ReasonInfeasible, decide.ReasonEmergencyReduced:
+	case types.ReasonInfeasible, types.ReasonEmergencyReduced:
 		w.code, w.why = exitFailed, fmt.Sprintf("not applied (%s): %s", c.Reason, c.Message)
 		return true, nil
 	}
 	return false, nil
 }
 
-func describeConfigured(c decide.Configured) string {
+func describeConfigured(c types.Configured) string {
 	if !c.Present {
 		return "no configured capacity"
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/types"
 )
 
 // fakeNode plays the API server for resize: it records the write and
@@ -20,30 +20,30 @@ import (
 // context's end (a daemon that says nothing more).
 type fakeNode struct {
 	connectErr, setErr, watchErr error
-	views                        []decide.NodeView
+	views                        []types.NodeView
 
 	kubeconfig, nodeName string
 	set                  map[string]string
 	cleared              bool
 }
 
-func (f *fakeNode) SetConfiguredCapacity(_ context.Context, raw map[string]string) (decide.NodeView, error) {
+func (f *fakeNode) SetConfiguredCapacity(_ context.Context, raw map[string]string) (types.NodeView, error) {
 	if f.setErr != nil {
-		return decide.NodeView{}, f.setErr
+		return types.NodeView{}, f.setErr
 	}
 	f.set = maps.Clone(raw)
-	return decide.NodeView{Source: decide.SourceAnnotation, Configured: decide.Configured{Present: true, Raw: raw}}, nil
+	return types.NodeView{Source: types.SourceAnnotation, Configured: types.Configured{Present: true, Raw: raw}}, nil
 }
 
-func (f *fakeNode) ClearConfiguredCapacity(context.Context) (decide.NodeView, error) {
+func (f *fakeNode) ClearConfiguredCapacity(context.Context) (types.NodeView, error) {
 	if f.setErr != nil {
-		return decide.NodeView{}, f.setErr
+		return types.NodeView{}, f.setErr
 	}
 	f.cleared = true
-	return decide.NodeView{}, nil
+	return types.NodeView{}, nil
 }
 
-func (f *fakeNode) WatchNode(ctx context.Context, fn func(decide.NodeView) (bool, error)) error {
+func (f *fakeNode) WatchNode(ctx context.Context, fn func(types.NodeView) (bool, error)) error {
 	if f.watchErr != nil {
 		return f.watchErr
 	}
@@ -140,25 +140,25 @@ func TestResizeWritesWhatIsAsked(t *testing.T) {
 }
 
 // view is the Node with a configured capacity and a condition.
-func view(conf decide.Configured, reason decide.Reason, message string) decide.NodeView {
-	v := decide.NodeView{Configured: conf}
+func view(conf types.Configured, reason types.Reason, message string) types.NodeView {
+	v := types.NodeView{Configured: conf}
 	if reason != "" {
-		st := decide.StatusFalse
-		if reason == decide.ReasonAccepted {
-			st = decide.StatusTrue
+		st := types.StatusFalse
+		if reason == types.ReasonAccepted {
+			st = types.StatusTrue
 		}
-		v.Condition = &decide.Condition{Status: st, Reason: reason, Message: message, LastTransitionTime: time.Now()}
+		v.Condition = &types.Condition{Status: st, Reason: reason, Message: message, LastTransitionTime: time.Now()}
 	}
 	return v
 }
 
 func TestResizeWaitsForItsOwnAnswer(t *testing.T) {
-	old := decide.Configured{Present: true, Raw: map[string]string{"cpu": "8"}}
-	ours := decide.Configured{Present: true, Raw: map[string]string{"cpu": "4"}}
+	old := types.Configured{Present: true, Raw: map[string]string{"cpu": "8"}}
+	ours := types.Configured{Present: true, Raw: map[string]string{"cpu": "4"}}
 	staleAccepted := `configured capacity {"cpu":"8"}: capacity cpu=8 applied`
 	for _, tc := range []struct {
 		name     string
-		views    []decide.NodeView
+		views    []types.NodeView
 		watchErr error
 		code     int
 		stdout   []string
@@ -166,46 +166,46 @@ func TestResizeWaitsForItsOwnAnswer(t *testing.T) {
 	}{
 		{
 			name: "accepted after progress",
-			views: []decide.NodeView{
-				view(old, decide.ReasonAccepted, staleAccepted),  // the Node before the write
-				view(ours, decide.ReasonAccepted, staleAccepted), // the write, the daemon not yet
-				view(ours, decide.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity (cpu 8 → 4)`),
-				view(ours, decide.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity (cpu 8 → 4); eviction blocked: PodDisruptionBudget default/web`),
-				view(ours, decide.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`),
+			views: []types.NodeView{
+				view(old, types.ReasonAccepted, staleAccepted),  // the Node before the write
+				view(ours, types.ReasonAccepted, staleAccepted), // the write, the daemon not yet
+				view(ours, types.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity (cpu 8 → 4)`),
+				view(ours, types.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity (cpu 8 → 4); eviction blocked: PodDisruptionBudget default/web`),
+				view(ours, types.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`),
 			},
 			code:   exitOK,
 			stdout: []string{"Waiting for node-resized", "InProgress", "eviction blocked", "Accepted", `configured capacity {"cpu":"4"}: capacity cpu=4 applied`},
 		},
 		{
 			name:   "a stale Accepted does not end the wait",
-			views:  []decide.NodeView{view(old, decide.ReasonAccepted, staleAccepted), view(ours, decide.ReasonAccepted, staleAccepted)},
+			views:  []types.NodeView{view(old, types.ReasonAccepted, staleAccepted), view(ours, types.ReasonAccepted, staleAccepted)},
 			code:   exitTimeout,
 			stderr: "did not answer within 300ms (last condition: none for this value",
 		},
 		{
 			name:   "an Accepted before the write shows the value does not count",
-			views:  []decide.NodeView{view(old, decide.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`)},
+			views:  []types.NodeView{view(old, types.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`)},
 			code:   exitTimeout,
 			stderr: "did not answer",
 		},
 		{
 			name:   "infeasible",
-			views:  []decide.NodeView{view(ours, decide.ReasonInfeasible, `configured capacity {"cpu":"4"}: not applied: exceeds physical capacity: cpu 4 > physical 2`)},
+			views:  []types.NodeView{view(ours, types.ReasonInfeasible, `configured capacity {"cpu":"4"}: not applied: exceeds physical capacity: cpu 4 > physical 2`)},
 			code:   exitFailed,
 			stdout: []string{"Infeasible"},
 			stderr: "not applied (Infeasible): configured capacity {\"cpu\":\"4\"}: not applied: exceeds physical capacity: cpu 4 > physical 2",
 		},
 		{
 			name:   "emergency reduced",
-			views:  []decide.NodeView{view(ours, decide.ReasonEmergencyReduced, `configured capacity {"cpu":"4"}: physical capacity fell below it`)},
+			views:  []types.NodeView{view(ours, types.ReasonEmergencyReduced, `configured capacity {"cpu":"4"}: physical capacity fell below it`)},
 			code:   exitFailed,
 			stderr: "not applied (EmergencyReduced)",
 		},
 		{
 			name: "changed by someone else",
-			views: []decide.NodeView{
-				view(ours, decide.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity`),
-				view(decide.Configured{Present: true, Raw: map[string]string{"cpu": "2"}}, decide.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity`),
+			views: []types.NodeView{
+				view(ours, types.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity`),
+				view(types.Configured{Present: true, Raw: map[string]string{"cpu": "2"}}, types.ReasonInProgress, `configured capacity {"cpu":"4"}: lowering capacity`),
 			},
 			code:   exitFailed,
 			stderr: `changed to {"cpu":"2"} meanwhile`,
@@ -239,10 +239,10 @@ func TestResizeWaitsForItsOwnAnswer(t *testing.T) {
 }
 
 func TestResizeClearWaitsForTheHardware(t *testing.T) {
-	f := &fakeNode{views: []decide.NodeView{
-		view(decide.Configured{Present: true, Raw: map[string]string{"cpu": "4"}}, decide.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`),
-		view(decide.Configured{}, decide.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`),
-		view(decide.Configured{}, decide.ReasonAccepted, "capacity cpu=8 applied (no configured capacity: following the hardware)"),
+	f := &fakeNode{views: []types.NodeView{
+		view(types.Configured{Present: true, Raw: map[string]string{"cpu": "4"}}, types.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`),
+		view(types.Configured{}, types.ReasonAccepted, `configured capacity {"cpu":"4"}: capacity cpu=4 applied`),
+		view(types.Configured{}, types.ReasonAccepted, "capacity cpu=8 applied (no configured capacity: following the hardware)"),
 	}}
 	code, stdout, stderr := ctl(t, f, "resize", "--clear", "--wait", "--timeout", "300ms")
 	if code != exitOK || !strings.Contains(stdout, "following the hardware") || strings.Contains(stdout, "cpu=4 applied") {

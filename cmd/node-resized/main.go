@@ -20,10 +20,10 @@ import (
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/systemd"
+	"github.com/node-resized/node-resized/types"
 )
 
 // fixProcs keeps the Go runtime's processor count from following CPU
@@ -167,7 +167,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&o.uninstall, "uninstall", false, "undo on this node what node-resized set, print one line per item and exit (1 if an item could not be undone): "+
 		"the kubepods limits back to what the kubelet writes for the machine as it is now (a configured capacity's clamp is lifted; a clamp for lost hardware is that already and stays), "+
-		"its "+decide.ConditionType+" condition and "+decide.TaintKey+" taint off the Node, its --state-file removed; "+
+		"its "+types.ConditionType+" condition and "+types.TaintKey+" taint off the Node, its --state-file removed; "+
 		"give it the daemon's other flags, and stop the daemon first (the packages do both when they are removed)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "queries per second to the API server (the kubelet's own default)")
@@ -187,7 +187,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.DurationVar(&o.kubeletRestartTimeout, "kubelet-restart-timeout", 2*time.Minute, "a restarted kubelet must be back Ready with the new capacity within this long; otherwise a KubeletRestartFailed event, and no second restart for that change")
 	fs.StringVar(&o.kubeletFieldManager, "kubelet-field-manager", kubelet.DefaultFieldManager, "the kubelet's field manager in the Node's managedFields: its status.capacity writes are its view of the machine")
 	fs.BoolVar(&o.kubeletPodResources, "kubelet-pod-resources", true, "ask the kubelet's pod-resources API (<kubelet-root-dir>/pod-resources/kubelet.sock) which CPUs and memory per NUMA node it knows")
-	fs.BoolVar(&o.taintWhileStale, "taint-while-stale", false, "keep new pods off the node with the NoSchedule taint "+decide.TaintKey+" from a capacity loss until the kubelet has adopted it; needs an identity that may patch the Node object (packaging/rbac.yaml): the NodeRestriction admission plugin forbids the kubelet's own identity to change taints")
+	fs.BoolVar(&o.taintWhileStale, "taint-while-stale", false, "keep new pods off the node with the NoSchedule taint "+types.TaintKey+" from a capacity loss until the kubelet has adopted it; needs an identity that may patch the Node object (packaging/rbac.yaml): the NodeRestriction admission plugin forbids the kubelet's own identity to change taints")
 	fs.BoolVar(&o.publishTopology, "publish-topology", false, "keep the Node's NodeResourceTopology object (topology.node.k8s.io/v1alpha2, for the scheduler's NodeResourceTopologyMatch plugin) equal to the NUMA topology, rewritten on every change; needs the CRD installed and an identity that may write it (packaging/rbac.yaml): the Node authorizer gives the kubelet's own identity no such right")
 	fs.BoolVar(&o.evict, "evict", true, "evict pods that no longer fit after a capacity loss, in the kubelet's memory-pressure order, through the Eviction API")
 	fs.BoolVar(&o.evictAsNode, "evict-as-node", false, "list and evict the node's pods as the node's own identity (system:node:<node-name>, constrained impersonation), so that the API server lets only pods on this node be evicted; for a DaemonSet's ServiceAccount (packaging/kubernetes)")

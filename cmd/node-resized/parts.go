@@ -23,6 +23,7 @@ import (
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 	"github.com/node-resized/node-resized/uevent"
 )
 
@@ -249,7 +250,7 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 // capacity its state file remembers.
 func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *metrics.Metrics) {
 	if p.relay == nil {
-		p.agent.OnNode(decide.NodeView{}) // standalone: no configured capacity
+		p.agent.OnNode(types.NodeView{}) // standalone: no configured capacity
 		return
 	}
 	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -13,6 +13,7 @@ import (
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
 )
 
 // uninstaller undoes on this node what node-resized set (--uninstall). The
@@ -112,11 +113,11 @@ func (u *uninstaller) removeFromNode(ctx context.Context) {
 	}
 	node := "Node " + o.nodeName
 	removed, err := relay.RemoveCondition(ctx)
-	u.report("condition", either(removed, "removed "+decide.ConditionType+" from "+node,
-		node+" has no "+decide.ConditionType+" condition"), err)
+	u.report("condition", either(removed, "removed "+types.ConditionType+" from "+node,
+		node+" has no "+types.ConditionType+" condition"), err)
 	removed, err = relay.RemoveTaint(ctx)
-	u.report("taint", either(removed, "removed "+decide.TaintKey+":NoSchedule from "+node,
-		node+" does not carry "+decide.TaintKey), err)
+	u.report("taint", either(removed, "removed "+types.TaintKey+":NoSchedule from "+node,
+		node+" does not carry "+types.TaintKey), err)
 	u.report("capacity", "left to the kubelet, which writes its own view of the machine over the Node's capacity and "+
 		"allocatable at its next status update (nodeStatusUpdateFrequency, 10s by default)", nil)
 

@@ -19,7 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
@@ -28,6 +28,7 @@ import (
 	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/types"
 )
 
 // DefaultRetryInterval is about how long the evictor waits before
@@ -74,7 +75,7 @@ type Options struct {
 	// resize_errors_total{subsystem="eviction"}.
 	Metrics *metrics.Metrics
 	// Event, when set, records a Node event for each eviction (kube.Relay.Event).
-	Event func(eventType decide.EventType, reason, message string)
+	Event func(eventType types.EventType, reason, message string)
 }
 
 // Evictor brings the pods of one Node within the allocatable of a
@@ -111,18 +112,18 @@ type Evictor struct {
 	online []int         // the CPUs online when want was asked for
 	// reportTo receives the progress of want's generation; it is called
 	// from Run's goroutine and must not block.
-	reportTo func(decide.EvictionReport)
+	reportTo func(types.EvictionReport)
 	cancel   context.CancelFunc // cancels the pass in flight
 
 	// The work on the current generation; only Run's goroutine uses it.
 	gen      int64
 	done     bool
-	count    int                    // pods evicted for this generation
-	evicted  map[string]string      // UID → namespace/name of the evicted pods not yet seen gone
-	reported *decide.EvictionReport // the last report sent for this generation
-	noted    map[string]bool        // log lines said once per generation
-	poll     wait.Backoff           // the steady wait (RetryInterval, jittered)
-	failures wait.Backoff           // the backoff after failed API calls; reset by a pass without one
+	count    int                   // pods evicted for this generation
+	evicted  map[string]string     // UID → namespace/name of the evicted pods not yet seen gone
+	reported *types.EvictionReport // the last report sent for this generation
+	noted    map[string]bool       // log lines said once per generation
+	poll     wait.Backoff          // the steady wait (RetryInterval, jittered)
+	failures wait.Backoff          // the backoff after failed API calls; reset by a pass without one
 }
 
 // New returns an evictor for the pods of opts.NodeName that lists
@@ -163,7 +164,7 @@ func New(client dynamic.Interface, opts Options) *Evictor {
 // than the newest one started is ignored; a newer one cancels the pass in
 // flight. ctx only gates the request (a done ctx drops it): the work runs
 // under Run's context.
-func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, report func(decide.EvictionReport)) {
+func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, report func(types.EvictionReport)) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -307,21 +308,21 @@ func (e *Evictor) settle(ev decide.Evict, usages []PodUsage, leaving []*corev1.P
 	switch {
 	case len(leaving) > 0:
 		if stuck := e.stuck(leaving); stuck != "" {
-			e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: stuck})
+			e.report(types.EvictionReport{Generation: ev.Generation, Blocked: stuck})
 		} else {
-			e.report(decide.EvictionReport{Generation: ev.Generation})
+			e.report(types.EvictionReport{Generation: ev.Generation})
 		}
 		e.log.Debug("waiting for evicted pods to terminate", "generation", ev.Generation, "pods", len(leaving))
 		return passWait
 	case fits:
 		e.done = true
-		e.report(decide.EvictionReport{Generation: ev.Generation, Done: true})
+		e.report(types.EvictionReport{Generation: ev.Generation, Done: true})
 		e.log.Info("pods fit the allocatable", "generation", ev.Generation,
 			"allocatable", ev.Allocatable.String(), "evicted", e.count)
 		return passDone
 	default:
 		msg := cannotFit(usages, ev.Allocatable)
-		e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: msg})
+		e.report(types.EvictionReport{Generation: ev.Generation, Blocked: msg})
 		e.once("cannot-fit", slog.LevelWarn, "pods that may not be evicted do not fit the allocatable", "generation", ev.Generation, "why", msg)
 		return passWait
 	}
@@ -344,7 +345,7 @@ func (e *Evictor) evictAll(ctx context.Context, ev decide.Evict, victims []PodUs
 		if out, stop := e.evicted1(ev, v, err); stop {
 			return out
 		}
-		e.report(decide.EvictionReport{Generation: ev.Generation}) // proceeding: clears an earlier Blocked
+		e.report(types.EvictionReport{Generation: ev.Generation}) // proceeding: clears an earlier Blocked
 	}
 	return passAgain // look again at once: the evicted pods may be gone already
 }
@@ -355,10 +356,10 @@ func (e *Evictor) evicted1(ev decide.Evict, v PodUsage, err error) (out outcome,
 	switch {
 	case err == nil:
 		e.count++
-		e.log.Info("evicted pod", "pod", v.String(), "uid", v.UID, "reason", decide.EvictionReason,
+		e.log.Info("evicted pod", "pod", v.String(), "uid", v.UID, "reason", types.EvictionReason,
 			"why", v.Why, "generation", ev.Generation)
 		if e.opts.Event != nil {
-			e.opts.Event(decide.EventWarning, decide.EvictionReason, fmt.Sprintf("Evicted pod %s: %s", v, v.Why))
+			e.opts.Event(types.EventWarning, types.EvictionReason, fmt.Sprintf("Evicted pod %s: %s", v, v.Why))
 		}
 		return passAgain, false
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
@@ -369,13 +370,13 @@ func (e *Evictor) evicted1(ev decide.Evict, v PodUsage, err error) (out outcome,
 	}
 	if msg, ok := disruptionBudgetMessage(err); ok {
 		blocked := fmt.Sprintf("pod %s: eviction blocked by a PodDisruptionBudget: %s", v, msg)
-		e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: blocked})
+		e.report(types.EvictionReport{Generation: ev.Generation, Blocked: blocked})
 		e.log.Warn("eviction blocked by a PodDisruptionBudget; will retry", "pod", v.String(),
 			"message", msg, "generation", ev.Generation)
 		return passWait, true
 	}
 	e.m.ResizeErrors.WithLabelValues("eviction").Inc()
-	e.report(decide.EvictionReport{Generation: ev.Generation, Blocked: fmt.Sprintf("pod %s: eviction failed: %v", v, err)})
+	e.report(types.EvictionReport{Generation: ev.Generation, Blocked: fmt.Sprintf("pod %s: eviction failed: %v", v, err)})
 	e.log.Warn("evict pod; will retry", "pod", v.String(), "err", err, "generation", ev.Generation)
 	return passFailed, true
 }
@@ -460,7 +461,7 @@ func (e *Evictor) usages(pods []corev1.Pod) (usages []PodUsage, leaving []*corev
 // evict asks the API server to evict one pod, with the pod's own grace
 // period, and only the pod that was ranked (a UID precondition).
 func (e *Evictor) evict(ctx context.Context, v PodUsage) error {
-	uid := types.UID(v.UID)
+	uid := k8stypes.UID(v.UID)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	eviction, err := objects.ToUnstructured(&policyv1.Eviction{
@@ -565,7 +566,7 @@ func (e *Evictor) noteProtectedOnOfflineCPUs(usages []PodUsage, online []int, ex
 }
 
 // report sends r unless it is what was sent last.
-func (e *Evictor) report(r decide.EvictionReport) {
+func (e *Evictor) report(r types.EvictionReport) {
 	if e.reported != nil && *e.reported == r {
 		return
 	}

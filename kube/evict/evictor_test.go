@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -30,6 +30,7 @@ import (
 	"github.com/node-resized/node-resized/kube/internal/kubetest"
 	"github.com/node-resized/node-resized/kube/internal/objects"
 	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/types"
 )
 
 const evNode = "worker-1"
@@ -37,7 +38,7 @@ const evNode = "worker-1"
 // evPod is a running pod on evNode with a memory request and a QoS class.
 func evPod(name, memory string, prio int32, qos corev1.PodQOSClass) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: k8stypes.UID("uid-" + name)},
 		Spec: corev1.PodSpec{
 			NodeName:   evNode,
 			Priority:   &prio,
@@ -66,14 +67,14 @@ type evHarness struct {
 	mu       sync.Mutex // guards the fields below
 	onEvict  func(ns, name string) error
 	evicted  []string // namespace/name of every eviction request, refused or not
-	reports  []decide.EvictionReport
+	reports  []types.EvictionReport
 	events   []string
 	ws       map[string]int64 // working sets by pod UID
 	reported chan struct{}
 }
 
 // report records the evictor's progress (what Agent.ReportEviction gets).
-func (h *evHarness) report(r decide.EvictionReport) {
+func (h *evHarness) report(r types.EvictionReport) {
 	h.mu.Lock()
 	h.reports = append(h.reports, r)
 	h.mu.Unlock()
@@ -106,7 +107,7 @@ func newEvHarness(t *testing.T, pods []*corev1.Pod, configure func(*Options)) *e
 			}
 			return 0, fmt.Errorf("no cgroup for pod %s", uid)
 		},
-		Event: func(typ decide.EventType, reason, msg string) {
+		Event: func(typ types.EventType, reason, msg string) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.events = append(h.events, string(typ)+" "+reason+" "+msg)
@@ -227,14 +228,14 @@ func (h *evHarness) evictions() []string {
 	return slices.Clone(h.evicted)
 }
 
-func (h *evHarness) allReports() []decide.EvictionReport {
+func (h *evHarness) allReports() []types.EvictionReport {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.reports)
 }
 
 // waitReport waits for a report that satisfies ok and returns it.
-func (h *evHarness) waitReport(what string, ok func(decide.EvictionReport) bool) decide.EvictionReport {
+func (h *evHarness) waitReport(what string, ok func(types.EvictionReport) bool) types.EvictionReport {
 	h.t.Helper()
 	deadline := time.After(10 * time.Second)
 	for seen := 0; ; {
@@ -252,12 +253,12 @@ func (h *evHarness) waitReport(what string, ok func(decide.EvictionReport) bool)
 	}
 }
 
-func evDone(gen int64) func(decide.EvictionReport) bool {
-	return func(r decide.EvictionReport) bool { return r.Generation == gen && r.Done }
+func evDone(gen int64) func(types.EvictionReport) bool {
+	return func(r types.EvictionReport) bool { return r.Generation == gen && r.Done }
 }
 
 func evictOrder(gen int64, memory int64) decide.Evict {
-	return decide.Evict{Generation: gen, Reason: decide.EvictionReason,
+	return decide.Evict{Generation: gen, Reason: types.EvictionReason,
 		Capacity: resources.List{"memory": memory + 1<<30}, Allocatable: resources.List{"memory": memory}}
 }
 
@@ -360,7 +361,7 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 	h.run()
 	// 5Gi of footprints in 2Gi: both must go, a first.
 	h.start(context.Background(), evictOrder(3, 2<<30))
-	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Generation == 3 && r.Blocked != "" })
+	r := h.waitReport("Blocked", func(r types.EvictionReport) bool { return r.Generation == 3 && r.Blocked != "" })
 	want := "pod default/a: eviction blocked by a PodDisruptionBudget: Cannot evict pod as it would violate the pod's disruption budget. The disruption budget web needs 2 healthy pods and has 2 currently"
 	if r.Blocked != want || r.Done {
 		t.Errorf("report %+v, want Blocked %q", r, want)
@@ -385,7 +386,7 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 	if rs[0].Blocked == "" || !rs[len(rs)-1].Done {
 		t.Errorf("reports %+v, want Blocked first and Done last", rs)
 	}
-	if n := slices.IndexFunc(rs, func(r decide.EvictionReport) bool { return r.Blocked == "" && !r.Done }); n < 0 {
+	if n := slices.IndexFunc(rs, func(r types.EvictionReport) bool { return r.Blocked == "" && !r.Done }); n < 0 {
 		t.Errorf("reports %+v: the Blocked message was never cleared before Done", rs)
 	}
 	for i := 1; i < len(rs); i++ {
@@ -495,7 +496,7 @@ func TestEvictorWaitsForEvictedPodsToTerminate(t *testing.T) {
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 2<<30))
-	r := h.waitReport("a stuck pod", func(r decide.EvictionReport) bool { return r.Blocked != "" })
+	r := h.waitReport("a stuck pod", func(r types.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "pod default/a was evicted but is still terminating") {
 		t.Errorf("Blocked = %q", r.Blocked)
 	}
@@ -566,7 +567,7 @@ func TestEvictorAPIErrors(t *testing.T) {
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30))
 	h.tick() // after the failed list
-	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Blocked != "" })
+	r := h.waitReport("Blocked", func(r types.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "pod default/a: eviction failed:") || !strings.Contains(r.Blocked, "etcd is sad") {
 		t.Errorf("Blocked = %q", r.Blocked)
 	}
@@ -611,9 +612,9 @@ func TestEvictorRetryTiming(t *testing.T) {
 	h.fireWait(evRetry, evRetry*3/2)     // the first failed list
 	h.fireWait(2*evRetry, 2*evRetry*3/2) // the second
 	h.fireWait(evMaxRetry, evMaxRetry*3/2)
-	h.waitReport("Blocked by the budget", func(r decide.EvictionReport) bool { return strings.Contains(r.Blocked, "PodDisruptionBudget") })
+	h.waitReport("Blocked by the budget", func(r types.EvictionReport) bool { return strings.Contains(r.Blocked, "PodDisruptionBudget") })
 	h.fireWait(evRetry, evRetry*6/5)
-	h.waitReport("Blocked by the failure", func(r decide.EvictionReport) bool { return strings.Contains(r.Blocked, "etcd is sad") })
+	h.waitReport("Blocked by the failure", func(r types.EvictionReport) bool { return strings.Contains(r.Blocked, "etcd is sad") })
 	h.fireWait(evRetry, evRetry*3/2)
 	h.waitReport("Done", evDone(1))
 }
@@ -625,7 +626,7 @@ func TestEvictorProtectedPodsThatDoNotFit(t *testing.T) {
 	h.ws = map[string]int64{"uid-etcd": 6 << 30, "uid-a": 1 << 30}
 	h.run()
 	h.start(context.Background(), evictOrder(1, 4<<30))
-	r := h.waitReport("Blocked", func(r decide.EvictionReport) bool { return r.Blocked != "" })
+	r := h.waitReport("Blocked", func(r types.EvictionReport) bool { return r.Blocked != "" })
 	if !strings.Contains(r.Blocked, "may not be evicted (static, mirror, system-critical) hold 6Gi") {
 		t.Errorf("Blocked = %q", r.Blocked)
 	}

@@ -1,0 +1,34 @@
+package types
+
+// TaintKey is the NoSchedule taint that keeps new pods off the node while
+// the kubelet has not adopted a loss of capacity: a stock kubelet reverts
+// status.capacity to its start-up view within about 10 s, and the scheduler
+// and the kubelet's admission would place pods against the old, larger
+// machine meanwhile.
+const TaintKey = "node-resized.io/capacity-changing"
+
+// EventType is the type of a Kubernetes event.
+type EventType string
+
+// Event types, as in the Kubernetes API.
+const (
+	EventNormal  EventType = "Normal"
+	EventWarning EventType = "Warning"
+)
+
+// Event reasons node-resized emits on the Node.
+const (
+	// EventEmergencyCapacityReduced (Warning): the hardware fell below the
+	// applied capacity; kubepods was clamped at once (Path B).
+	EventEmergencyCapacityReduced = "EmergencyCapacityReduced"
+	// EventCapacityInfeasible (Warning): a configured capacity was refused.
+	EventCapacityInfeasible = "CapacityInfeasible"
+	// EventCapacityAccepted (Normal): a capacity is applied and stable.
+	EventCapacityAccepted = "CapacityAccepted"
+	// EventKubeletRestartFailed (Warning): the kubelet restarted to adopt
+	// a capacity failed, or did not come back Ready with it in time; it is
+	// not restarted again for that change.
+	EventKubeletRestartFailed = "KubeletRestartFailed"
+	// EvictionReason is the reason carried by evictions for lost capacity.
+	EvictionReason = "NodeCapacityExceeded"
+)

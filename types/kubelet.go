@@ -1,0 +1,61 @@
+package types
+
+import (
+	"time"
+
+	"github.com/node-resized/node-resized/resources"
+)
+
+// RestartReport is how a kubelet restart ended, as its actuator saw it. It
+// is a plain value.
+type RestartReport struct {
+	// At is the State.RestartAt of the restart the report is about.
+	At time.Time `json:"at,omitzero"`
+	// Failed says why the restart failed (the systemd job's result, a
+	// checkpoint that could not be made safe, the bus); empty when systemd
+	// started the kubelet again.
+	Failed string `json:"failed,omitempty"`
+}
+
+// KubeletView is what the daemon knows of the running kubelet, gathered
+// from systemd, the Node's status writes and the pod-resources API. It is
+// the plain value the gathering part hands to the agent and the agent
+// shows; safe for concurrent reads.
+type KubeletView struct {
+	// Unit is the kubelet's systemd unit, with its ActiveState and
+	// SubState, its main PID and when that process started; UnitError says
+	// why systemd could not be asked (empty when it answered).
+	Unit        string    `json:"unit"`
+	LoadState   string    `json:"loadState,omitempty"`
+	ActiveState string    `json:"activeState,omitempty"`
+	SubState    string    `json:"subState,omitempty"`
+	MainPID     uint32    `json:"mainPID,omitempty"`
+	Started     time.Time `json:"started,omitzero"`
+	UnitError   string    `json:"unitError,omitempty"`
+	// Capacity is the capacity the running kubelet believes the machine
+	// has, per resource where known; Sources says, per resource, where
+	// that was learnt.
+	Capacity resources.List    `json:"capacity,omitempty"`
+	Sources  map[string]string `json:"sources,omitempty"`
+	// Ready is the Node's Ready condition as the running kubelet wrote it:
+	// false until that process has written status once.
+	Ready bool `json:"ready"`
+	// Stale is true when Capacity differs from the machine as it is now;
+	// StaleSince is then the id of the model change the kubelet has not
+	// seen (0: one from before this daemon started).
+	Stale      bool   `json:"stale"`
+	StaleSince uint64 `json:"staleSince,omitempty"`
+	// PodResourcesCPUs are the CPUs the kubelet's pod-resources API says it
+	// may allocate, PodResourcesError why it could not be asked.
+	PodResourcesCPUs  []int  `json:"podResourcesCPUs,omitempty"`
+	PodResourcesError string `json:"podResourcesError,omitempty"`
+	// ObservedAt is when the view last changed.
+	ObservedAt time.Time `json:"observedAt,omitzero"`
+}
+
+// UnitActive reports whether systemd says the unit is active.
+func (v KubeletView) UnitActive() bool { return v.ActiveState == "active" }
+
+// Known reports whether anything is known of the kubelet: its unit is
+// loaded, or its capacity view is known.
+func (v KubeletView) Known() bool { return v.LoadState == "loaded" || len(v.Capacity) > 0 }
