@@ -117,26 +117,12 @@ func (o Options) validate() error {
 
 // withDefaults fills in the options left zero.
 func (o Options) withDefaults() Options {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Metrics == nil {
-		o.Metrics = metrics.New()
-	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = 200 * time.Millisecond
-	}
-	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
-	}
+	retry.Defaults(&o.Logger, &o.Metrics, &o.Clock, &o.MinBackoff, &o.MaxBackoff, 200*time.Millisecond, 30*time.Second)
 	if o.QPS == 0 {
 		o.QPS = DefaultQPS
 	}
 	if o.Burst == 0 {
 		o.Burst = DefaultBurst
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
 	}
 	return o
 }

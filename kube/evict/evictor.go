@@ -129,21 +129,7 @@ type Evictor struct {
 // New returns an evictor for the pods of opts.NodeName that lists
 // and evicts them through client (kube.Relay.EvictionClient).
 func New(client dynamic.Interface, opts Options) *Evictor {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = metrics.New()
-	}
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = DefaultRetryInterval
-	}
-	if opts.MaxRetryInterval < opts.RetryInterval {
-		opts.MaxRetryInterval = max(DefaultMaxRetryInterval, opts.RetryInterval)
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
+	retry.Defaults(&opts.Logger, &opts.Metrics, &opts.Clock, &opts.RetryInterval, &opts.MaxRetryInterval, DefaultRetryInterval, DefaultMaxRetryInterval)
 	return &Evictor{
 		client:   client,
 		opts:     opts,

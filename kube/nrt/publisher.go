@@ -65,21 +65,7 @@ type Publisher struct {
 // New returns a publisher that reads the Node and writes its
 // NodeResourceTopology through client (kube.Relay.Client).
 func New(client dynamic.Interface, opts Options) *Publisher {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = metrics.New()
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = 200 * time.Millisecond
-	}
-	if opts.MaxBackoff < opts.MinBackoff {
-		opts.MaxBackoff = max(30*time.Second, opts.MinBackoff)
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
+	retry.Defaults(&opts.Logger, &opts.Metrics, &opts.Clock, &opts.MinBackoff, &opts.MaxBackoff, 200*time.Millisecond, 30*time.Second)
 	return &Publisher{
 		opts:  opts,
 		nodes: client.Resource(objects.Nodes),
