@@ -3,8 +3,8 @@ package decide
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/node-resized/node-resized/topology"
 )
 
 // Reserved CPUs. The kubelet's reservedSystemCPUs names CPU ids; a kubelet
@@ -30,26 +30,9 @@ func missingReserved(reserved, online []int) []int {
 	return out
 }
 
-// cpuList renders CPU ids as the kernel lists them: "0-2,5".
-func cpuList(ids []int) string {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	var parts []string
-	for i := 0; i < len(ids); {
-		j := i
-		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(ids[i]))
-		} else {
-			parts = append(parts, strconv.Itoa(ids[i])+"-"+strconv.Itoa(ids[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
-}
+// cpuList renders CPU ids, in any order, as the kernel lists them:
+// "0-2,5".
+func cpuList(ids []int) string { return topology.NewCPUSet(ids...).String() }
 
 // reservedTaken returns the reserved CPUs that a configured cpu of milli
 // millicores takes away, sorted. A configured count keeps whole CPUs, and

@@ -20,6 +20,17 @@ const MaxCPUID = 1<<16 - 1
 // methods never modify it.
 type CPUSet []int
 
+// NewCPUSet returns the set of ids, in any order and with repeats; ids is
+// not modified.
+func NewCPUSet(ids ...int) CPUSet {
+	if len(ids) == 0 {
+		return nil
+	}
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
 // ParseCPUSet parses the kernel's list format, as in
 // /sys/devices/system/cpu/online: comma-separated ids and inclusive ranges
 // ("0-3,8,10-11"). Surrounding white space (the trailing newline) is

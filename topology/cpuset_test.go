@@ -3,6 +3,7 @@ package topology
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -115,4 +116,25 @@ func FuzzParseCPUSet(f *testing.F) {
 			t.Fatalf("round trip of %q: %v -> %q -> %v, %v", s, set, set.String(), again, err)
 		}
 	})
+}
+
+func TestNewCPUSet(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []int
+		want string
+	}{
+		{nil, ""},
+		{[]int{3}, "3"},
+		{[]int{3, 1, 2, 2, 0, 8}, "0-3,8"},
+		{[]int{5, 7, 6, 10}, "5-7,10"},
+	} {
+		in := slices.Clone(tc.ids)
+		got := NewCPUSet(in...)
+		if got.String() != tc.want {
+			t.Errorf("NewCPUSet(%v) = %q, want %q", tc.ids, got.String(), tc.want)
+		}
+		if !slices.Equal(in, tc.ids) {
+			t.Errorf("NewCPUSet(%v) changed its argument to %v", tc.ids, in)
+		}
+	}
 }
