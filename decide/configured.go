@@ -57,7 +57,7 @@ func (c Configured) Key() string {
 // recognised reports whether a configured-capacity key is one node-resized
 // validates (the KEP's well-known types); everything else is ignored.
 func recognised(name string) bool {
-	return resources.Published(name)
+	return resources.Configurable(name)
 }
 
 // evaluation is a configured capacity judged against the machine.
@@ -151,7 +151,7 @@ func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations
 		}
 		var v int64
 		var ok bool
-		if name == resources.CPU {
+		if resources.Milli(name) {
 			v, ok = resourcesMilli(q)
 		} else {
 			v, ok = resourcesValue(q)
@@ -172,7 +172,7 @@ func evaluate(c Configured, phys resources.List, swapActive bool, r Reservations
 			e.below = append(e.below, fmt.Sprintf("cpu %s would take away reserved CPU%s %s: the kubelet's reservedSystemCPUs %s are %d CPUs, and the kubelet refuses to start without them; "+
 				"configure cpu %d or more, or change reservedSystemCPUs",
 				resources.Format(canon, v), plural(len(taken)), cpuList(taken), cpuList(reservedCPUs), n, n))
-		case canon == resources.CPU || canon == resources.Memory || canon == resources.EphemeralStorage:
+		case resources.Reservable(canon):
 			if total := r.Total(canon, v); v < total {
 				e.below = append(e.below, fmt.Sprintf("%s %s < %s (systemReserved + kubeReserved + evictionHard)",
 					canon, resources.Format(canon, v), resources.Format(canon, total)))
