@@ -430,7 +430,7 @@ func zoneSummary(zones []TopologyZone) string {
 		var b strings.Builder
 		b.WriteString(z.Name)
 		for _, r := range z.Resources {
-			if r.Name == resources.CPU || r.Name == resources.Memory {
+			if resources.Headline(r.Name) {
 				fmt.Fprintf(&b, " %s %s", r.Name, r.Capacity.String())
 			}
 		}
