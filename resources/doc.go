@@ -18,5 +18,5 @@
 // The model (package topology) reads a List from the machine; the decision
 // core, the API relay, the local API, the CLI and the metrics all take it
 // from there. A new resource is declared once, as a row of that table, and
-// read by its reader; nothing else spells it.
+// read by its reader; nothing else spells it, which spelling_test.go checks.
 package resources
