@@ -253,9 +253,11 @@ func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
 		p.Capacity = resources.List{}
 	}
 	a.mu.Lock()
-	if old, ok := a.lastPhysical(resources.EphemeralStorage); ok && snap.EphemeralStorageError != "" {
-		// A failed read must not look like a disk that vanished.
-		p.Capacity[resources.EphemeralStorage] = old
+	for _, name := range snap.Unmeasured() {
+		if old, ok := a.lastPhysical(name); ok {
+			// A failed read must not look like a disk that vanished.
+			p.Capacity[name] = old
+		}
 	}
 	a.physical = &p
 	a.snap = snap

@@ -471,3 +471,28 @@ func histogramSum(h prometheus.Histogram) float64 {
 	_ = h.Write(&m)
 	return m.GetHistogram().GetSampleSum()
 }
+
+// A failed ephemeral-storage read keeps the last amount in the physical
+// capacity the agent decides with: a failed read is not a vanished disk.
+func TestUnmeasuredHoldsLastAmount(t *testing.T) {
+	a := New(Config{}, &fakeRelay{})
+	physical := func() decide.Physical {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return *a.physical
+	}
+	m := machine(4)
+	m.EphemeralStorage = 100 << 30
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m.Capacity()}, m)
+	failed := machine(4)
+	failed.EphemeralStorageError = "statfs: input/output error"
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: failed.Capacity()}, failed)
+	if got := physical().Capacity["ephemeral-storage"]; got != 100<<30 {
+		t.Fatalf("after a failed read: ephemeral-storage %d, want the last amount %d", got, int64(100<<30))
+	}
+	gone := machine(4) // measured, and none: not measured at all now
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: gone.Capacity()}, gone)
+	if got, ok := physical().Capacity["ephemeral-storage"]; ok {
+		t.Fatalf("without a failed read: ephemeral-storage %d, want none", got)
+	}
+}

@@ -107,9 +107,7 @@ func ParseThreshold(val string) (t Threshold, ok bool, err error) {
 // base units (rounded down) plus the rest in billionths of a unit (0 to
 // 999999999; always 0 for cpu).
 func ParseReservationExact(name, val string) (whole, nanos int64, err error) {
-	switch name {
-	case resources.CPU, resources.Memory, resources.EphemeralStorage, resources.PID:
-	default:
+	if !resources.Reservable(name) {
 		return 0, 0, fmt.Errorf("cannot reserve %q resource", name)
 	}
 	q, err := resource.ParseQuantity(val)
@@ -119,7 +117,7 @@ func ParseReservationExact(name, val string) (whole, nanos int64, err error) {
 	if q.Sign() == -1 {
 		return 0, 0, fmt.Errorf("resource quantity for %q cannot be negative: %v", name, val)
 	}
-	if name == resources.CPU {
+	if resources.Milli(name) {
 		if _, ok := resourcesMilli(q); !ok {
 			return 0, 0, fmt.Errorf("quantity %q for %q resource does not fit in int64 millicores", val, name)
 		}
@@ -315,25 +313,25 @@ func KubepodsLimits(capacity resources.List, r Reservations) CgroupLimits {
 		base[name] = v
 	}
 	var l CgroupLimits
-	if v, ok := base[resources.Memory]; ok {
-		l.MemoryMax = v
-	}
-	if v, ok := base[resources.CPU]; ok {
-		l.CPUShares = MilliCPUToShares(v)
-		l.CPUWeight = SharesToWeight(l.CPUShares)
-	}
-	if v, ok := base[resources.PID]; ok {
-		l.PidsMax = v
-	}
 	for name, v := range base {
-		size, ok := resources.HugePageSize(name)
-		if !ok {
-			continue
+		switch resources.KubepodsLimit(name) {
+		case resources.LimitMemory:
+			l.MemoryMax = v
+		case resources.LimitCPU:
+			l.CPUShares = MilliCPUToShares(v)
+			l.CPUWeight = SharesToWeight(l.CPUShares)
+		case resources.LimitPids:
+			l.PidsMax = v
+		case resources.LimitHugeTLB:
+			size, ok := resources.HugePageSize(name)
+			if !ok {
+				continue
+			}
+			if l.HugeTLB == nil {
+				l.HugeTLB = make(map[int64]int64)
+			}
+			l.HugeTLB[size] += v
 		}
-		if l.HugeTLB == nil {
-			l.HugeTLB = make(map[int64]int64)
-		}
-		l.HugeTLB[size] += v
 	}
 	return l
 }

@@ -76,7 +76,7 @@ func evaluate(c types.Configured, phys resources.List, swapActive bool, r Reserv
 	sort.Strings(names)
 	for _, name := range names {
 		raw := c.Raw[name]
-		if !resources.Published(name) { // only the KEP's well-known types are validated
+		if !resources.Configurable(name) {
 			e.ignored = append(e.ignored, name)
 			continue
 		}
@@ -103,7 +103,7 @@ func evaluate(c types.Configured, phys resources.List, swapActive bool, r Reserv
 		}
 		var v int64
 		var ok bool
-		if name == resources.CPU {
+		if resources.Milli(name) {
 			v, ok = resourcesMilli(q)
 		} else {
 			v, ok = resourcesValue(q)
@@ -124,7 +124,7 @@ func evaluate(c types.Configured, phys resources.List, swapActive bool, r Reserv
 			e.below = append(e.below, fmt.Sprintf("cpu %s would take away reserved CPU%s %s: the kubelet's reservedSystemCPUs %s are %d CPUs, and the kubelet refuses to start without them; "+
 				"configure cpu %d or more, or change reservedSystemCPUs",
 				resources.Format(canon, v), plural(len(taken)), cpuList(taken), cpuList(reservedCPUs), n, n))
-		case canon == resources.CPU || canon == resources.Memory || canon == resources.EphemeralStorage:
+		case resources.Reservable(canon):
 			if total := r.Total(canon, v); v < total {
 				e.below = append(e.below, fmt.Sprintf("%s %s < %s (systemReserved + kubeReserved + evictionHard)",
 					canon, resources.Format(canon, v), resources.Format(canon, total)))

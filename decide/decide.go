@@ -169,13 +169,15 @@ func (p pass) refusePhysical(raw resources.List, problems []string) Decision {
 	return d
 }
 
-// steadyMemory returns the physical capacity with memory held at its
-// previous value while it drifts by less than the jitter tolerance: such a
-// drift is not a change.
+// steadyMemory returns the physical capacity with memory (every resource
+// that jitters) held at its previous value while it drifts by less than
+// the jitter tolerance: such a drift is not a change.
 func steadyMemory(raw, prevPhys resources.List, jitter int64) resources.List {
 	phys := raw.Clone()
-	if pm, ok := prevPhys[resources.Memory]; ok && absDiff(phys[resources.Memory], pm) < jitter {
-		phys[resources.Memory] = pm
+	for name := range resources.Names(resources.Jitters) {
+		if pm, ok := prevPhys[name]; ok && absDiff(phys[name], pm) < jitter {
+			phys[name] = pm
+		}
 	}
 	return phys
 }
@@ -214,7 +216,7 @@ func checkPhysical(p Physical, c resources.List, r Reservations) []string {
 	if len(problems) > 0 {
 		return problems
 	}
-	for _, name := range []string{resources.CPU, resources.Memory, resources.EphemeralStorage} {
+	for name := range resources.Names(resources.Reservable) {
 		v, ok := c[name]
 		if !ok {
 			continue

@@ -192,7 +192,7 @@ func kubeletMatches(view, target resources.List, jitter int64) bool {
 		if !ok || !managed(name) {
 			continue
 		}
-		if name == resources.Memory {
+		if resources.Jitters(name) {
 			if absDiff(v, w) >= jitter {
 				return false
 			}
@@ -211,7 +211,7 @@ func sameOn(target, phys resources.List, jitter int64) bool {
 			continue
 		}
 		a, b := target[name], phys[name]
-		if name == resources.Memory {
+		if resources.Jitters(name) {
 			if absDiff(a, b) >= jitter {
 				return false
 			}

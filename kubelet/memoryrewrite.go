@@ -162,12 +162,12 @@ func defaultMachineState(nodes []topology.Node, reserved map[int]map[string]uint
 			ms[n.ID].MemoryMap[name] = t
 			huge += total
 		}
-		t, err := memoryTable(n.ID, "memory", n.MemTotal, reserved[n.ID]["memory"]+huge)
+		t, err := memoryTable(n.ID, resources.Memory, n.MemTotal, reserved[n.ID][resources.Memory]+huge)
 		if err != nil {
 			return nil, err
 		}
-		t.SystemReserved = reserved[n.ID]["memory"]
-		ms[n.ID].MemoryMap["memory"] = t
+		t.SystemReserved = reserved[n.ID][resources.Memory]
+		ms[n.ID].MemoryMap[resources.Memory] = t
 	}
 	return ms, nil
 }

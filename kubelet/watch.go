@@ -385,7 +385,7 @@ func (w *Watcher) ready() bool {
 }
 
 // differs reports whether the view differs from the machine on a resource
-// it knows (memory by the jitter or more).
+// it knows (memory, and whatever else jitters, by the jitter or more).
 func differs(view, phys resources.List, jitter int64) bool {
 	for name, v := range view {
 		p, ok := phys[name]
@@ -396,7 +396,7 @@ func differs(view, phys resources.List, jitter int64) bool {
 		if d < 0 {
 			d = -d
 		}
-		if (name == resources.Memory && d >= jitter) || (name != resources.Memory && d != 0) {
+		if j := resources.Jitters(name); (j && d >= jitter) || (!j && d != 0) {
 			return true
 		}
 	}

@@ -41,23 +41,6 @@ func (l List) Names() []string {
 	return slices.Sorted(maps.Keys(l))
 }
 
-// displayOrder puts cpu and memory first, then the rest by name.
-func displayOrder(a, b string) int {
-	rank := func(s string) int {
-		switch s {
-		case CPU:
-			return 0
-		case Memory:
-			return 1
-		}
-		return 2
-	}
-	if ra, rb := rank(a), rank(b); ra != rb {
-		return ra - rb
-	}
-	return strings.Compare(a, b)
-}
-
 // Published returns the part of l that Node status carries.
 func (l List) Published() List {
 	if l == nil {
@@ -77,7 +60,7 @@ func (l List) Published() List {
 func (l List) String() string {
 	var b strings.Builder
 	names := l.Names()
-	slices.SortFunc(names, displayOrder)
+	slices.SortFunc(names, compareDisplay)
 	for i, k := range names {
 		if i > 0 {
 			b.WriteString(", ")
@@ -106,10 +89,7 @@ func (l List) Strings() map[string]string {
 // hold it: cpu as millicores in DecimalSI, bytes in BinarySI, counts in
 // DecimalSI.
 func Quantity(name string, v int64) resource.Quantity {
-	k, ok := kindOf(name)
-	if !ok {
-		k = kind{format: resource.DecimalSI}
-	}
+	k, _ := kindOf(name)
 	if k.milli {
 		return *resource.NewMilliQuantity(v, k.format)
 	}

@@ -45,6 +45,17 @@ func (s *Snapshot) Capacity() resources.List {
 	return c
 }
 
+// Unmeasured returns the resources this snapshot could not measure, which
+// Capacity then lacks though the machine has them: ephemeral-storage when
+// the kubelet root dir's filesystem could not be measured. A reader of
+// Capacity keeps its last amount of these rather than seeing them vanish.
+func (s *Snapshot) Unmeasured() []string {
+	if s == nil || s.EphemeralStorageError == "" {
+		return nil
+	}
+	return []string{resources.EphemeralStorage}
+}
+
 // NodeCapacity is one NUMA node's share of the capacity, as cAdvisor's
 // MachineInfo.Topology gives it to the kubelet's memory and topology
 // managers.

@@ -67,3 +67,24 @@ func capacityOf(s *Snapshot) testCapacity {
 	}
 	return c
 }
+
+// TestUnmeasured: a failed ephemeral-storage read is named, so that the
+// capacity's reader holds the last amount instead of losing the resource.
+func TestUnmeasured(t *testing.T) {
+	var none *Snapshot
+	if got := none.Unmeasured(); got != nil {
+		t.Errorf("nil snapshot: Unmeasured() = %q", got)
+	}
+	s := &Snapshot{MemTotal: 1 << 30, EphemeralStorage: 100 << 30}
+	if got := s.Unmeasured(); got != nil {
+		t.Errorf("measured: Unmeasured() = %q", got)
+	}
+	s = &Snapshot{MemTotal: 1 << 30, EphemeralStorageError: "statfs /var/lib/kubelet: permission denied"}
+	got := s.Unmeasured()
+	if len(got) != 1 || got[0] != resources.EphemeralStorage {
+		t.Fatalf("failed read: Unmeasured() = %q, want [%s]", got, resources.EphemeralStorage)
+	}
+	if _, ok := s.Capacity()[resources.EphemeralStorage]; ok {
+		t.Errorf("failed read: Capacity() has %s", resources.EphemeralStorage)
+	}
+}

@@ -51,5 +51,5 @@ func (c Configured) Key() string {
 // recognised reports whether a configured-capacity key is one node-resized
 // validates (the KEP's well-known types); everything else is ignored.
 func recognised(name string) bool {
-	return resources.Published(name)
+	return resources.Configurable(name)
 }

@@ -50,7 +50,7 @@ Flags (before or after the command):
   -o FORMAT          table (default) or json (not for resize)
 
 resize flags:
-  --cpu, --memory, --ephemeral-storage, --hugepages-2Mi, --hugepages-1Gi QUANTITY
+  %s QUANTITY
                      the configured amount of that resource (e.g. --cpu 4 --memory 8Gi)
   --set NAME=QUANTITY  any resource node-resized manages by name (repeatable)
   --clear            remove the configured capacity: the node follows its hardware
@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	top.SetOutput(io.Discard) // a wrong flag is one line, not the whole usage
 	top.Usage = func() {}
 	printUsage := func(w io.Writer) {
-		fmt.Fprintf(w, usage, api.DefaultSocket, kube.DefaultKubeconfig, types.AnnotationConfiguredCapacity, api.DefaultSocket)
+		fmt.Fprintf(w, usage, api.DefaultSocket, namedFlags(), kube.DefaultKubeconfig, types.AnnotationConfiguredCapacity, api.DefaultSocket)
 	}
 	g.register(top)
 	if err := top.Parse(args); err != nil {

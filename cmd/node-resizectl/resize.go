@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,9 +50,29 @@ Examples:
   node-resizectl resize --clear --wait --timeout 10m
 `
 
-// namedResources are the resources resize has a flag of its own for;
-// --set takes any other that node-resized manages.
-var namedResources = []string{resources.CPU, resources.Memory, resources.EphemeralStorage, "hugepages-2Mi", "hugepages-1Gi"}
+// namedResources are the resources resize has a flag of its own for (cpu,
+// memory, ephemeral-storage, hugepages-2Mi, hugepages-1Gi); --set takes any
+// other that node-resized manages.
+var namedResources = slices.Collect(resources.Names(resources.Configurable))
+
+// namedFlags is "--cpu, --memory, ..., --hugepages-1Gi", for the usage.
+func namedFlags() string {
+	flags := make([]string, len(namedResources))
+	for i, name := range namedResources {
+		flags[i] = "--" + name
+	}
+	return strings.Join(flags, ", ")
+}
+
+// configurableKinds is "cpu, memory, ephemeral-storage, hugepages-<size>",
+// with prefix before each.
+func configurableKinds(prefix string) string {
+	var kinds []string
+	for k := range resources.Kinds(resources.Configurable) {
+		kinds = append(kinds, prefix+k)
+	}
+	return strings.Join(kinds, ", ")
+}
 
 // resizeFlags are resize's own flags.
 type resizeFlags struct {
@@ -73,7 +94,7 @@ func (s *setFlag) Set(v string) error { *s = append(*s, v); return nil }
 func (r *resizeFlags) register(fs *flag.FlagSet) {
 	r.amounts = map[string]*string{}
 	for _, name := range namedResources {
-		r.amounts[name] = fs.String(name, "", "configured "+name+" (a quantity: "+example(name)+")")
+		r.amounts[name] = fs.String(name, "", "configured "+name+" (a quantity: "+resources.Example(name)+")")
 	}
 	fs.Var(&r.set, "set", "configured NAME=QUANTITY for any resource node-resized manages (repeatable)")
 	fs.BoolVar(&r.clear, "clear", false, "remove the configured capacity: the node follows its hardware again")
@@ -81,18 +102,6 @@ func (r *resizeFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&r.timeout, "timeout", 5*time.Minute, "give up after this long (0: no limit); with --wait, exit 2")
 	fs.StringVar(&r.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the identity that writes the Node: by default the kubelet's own, as node-resized's")
 	fs.StringVar(&r.nodeName, "node-name", defaultNodeName(), "the Node to resize: by default $NODE_NAME, else the hostname")
-}
-
-func example(name string) string {
-	switch name {
-	case resources.CPU:
-		return "4, 1500m"
-	case resources.Memory:
-		return "8Gi"
-	case resources.EphemeralStorage:
-		return "100Gi"
-	}
-	return "1Gi"
 }
 
 // defaultNodeName is $NODE_NAME, else the hostname in lower case.
@@ -110,8 +119,8 @@ func (r *resizeFlags) request() (types.Configured, error) {
 	raw := map[string]string{}
 	add := func(name, value, from string) error {
 		canon, ok := resources.Canonical(name)
-		if !ok || !resources.Published(name) {
-			return fmt.Errorf("%s: node-resized manages no resource %q (cpu, memory, ephemeral-storage, hugepages-<size>)", from, name)
+		if !ok || !resources.Configurable(name) {
+			return fmt.Errorf("%s: node-resized manages no resource %q (%s)", from, name, configurableKinds(""))
 		}
 		for have := range raw {
 			if c, _ := resources.Canonical(have); c == canon {
@@ -150,7 +159,7 @@ func (r *resizeFlags) request() (types.Configured, error) {
 	case r.clear:
 		return types.Configured{}, nil
 	case len(raw) == 0:
-		return types.Configured{}, errors.New("nothing to set: give --cpu, --memory, --ephemeral-storage, --hugepages-<size> or --set NAME=QUANTITY, or --clear")
+		return types.Configured{}, fmt.Errorf("nothing to set: give %s or --set NAME=QUANTITY, or --clear", configurableKinds("--"))
 	case r.timeout < 0:
 		return types.Configured{}, fmt.Errorf("--timeout must not be negative, got %s", r.timeout)
 	case r.nodeName == "":

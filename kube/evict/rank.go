@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
@@ -301,7 +300,7 @@ func podLevelResourcesSet(pod *corev1.Pod) bool {
 	}
 	for _, l := range []corev1.ResourceList{pod.Spec.Resources.Requests, pod.Spec.Resources.Limits} {
 		for name := range l {
-			if name == corev1.ResourceCPU || name == corev1.ResourceMemory || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) {
+			if resources.PodLevel(string(name)) {
 				return true
 			}
 		}
@@ -339,7 +338,8 @@ func podQOSName(pod *corev1.Pod) string {
 	}
 	containers := append(append([]corev1.Container(nil), pod.Spec.Containers...), pod.Spec.InitContainers...)
 	for _, c := range containers {
-		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		for n := range resources.Names(resources.QoSCompute) {
+			name := corev1.ResourceName(n)
 			if q, ok := c.Resources.Requests[name]; ok && !q.IsZero() {
 				add(requests, name, q)
 			}

@@ -216,7 +216,7 @@ func zoneSummary(zones []Zone) string {
 		var b strings.Builder
 		b.WriteString(z.Name)
 		for _, r := range z.Resources {
-			if r.Name == resources.CPU || r.Name == resources.Memory {
+			if resources.Headline(r.Name) {
 				fmt.Fprintf(&b, " %s %s", r.Name, r.Capacity.String())
 			}
 		}
