@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/node-resized/node-resized/internal/capped"
 )
 
 // BackupSuffix names the copy of a checkpoint kept beside it when node-resized
@@ -21,19 +22,7 @@ var ErrCheckpointChanged = errors.New("checkpoint changed since it was read")
 
 // readCheckpointFile reads a checkpoint, capped at maxCheckpointSize.
 func readCheckpointFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxCheckpointSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxCheckpointSize)
-	}
-	return b, nil
+	return capped.ReadFile(path, maxCheckpointSize)
 }
 
 // replaceCheckpoint replaces the checkpoint at path, whose contents must

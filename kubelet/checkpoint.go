@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -91,17 +90,12 @@ func ReadCPUManagerCheckpoint(path string) (CPUManagerState, error) {
 	if path == "" {
 		path = DefaultCPUManagerCheckpoint
 	}
-	f, err := os.Open(path)
+	b, err := readCheckpointFile(path)
+	if errors.Is(err, capped.ErrTooLarge) {
+		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint: %w: %w", err, ErrCorruptCheckpoint)
+	}
 	if err != nil {
 		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointSize+1))
-	if err != nil {
-		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint: read %s: %w", path, err)
-	}
-	if len(b) > maxCheckpointSize {
-		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint %s: larger than %d bytes: %w", path, maxCheckpointSize, ErrCorruptCheckpoint)
 	}
 	st, err := ParseCPUManagerCheckpoint(b)
 	if err != nil {

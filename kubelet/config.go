@@ -4,15 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/resources"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -212,18 +211,12 @@ func Load(path string, opts ...Option) (*Config, error) {
 	return c, nil
 }
 
+// readFile reads one configuration file, at most maxFileSize bytes; an
+// empty file is an error.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := capped.ReadFile(path, maxFileSize)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
 	}
 	if len(data) == 0 {
 		return nil, errors.New("the file is empty")
