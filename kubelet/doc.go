@@ -11,12 +11,10 @@
 // k8s.io/kubelet's podresources v1 types over gRPC) which CPUs and how much
 // memory per NUMA node it found when it started.
 //
-// Its restart: Systemd is a small client of systemd's D-Bus API (go-systemd
-// on godbus) that reads a unit's state (active and sub state, main PID,
-// start times) and restarts it, only when it is active, waiting for the
-// job's result. It connects to the system bus, or any bus address, on
-// first use and again after the bus is lost. When to restart is not
-// decided here.
+// Its restart: Restarter restarts the kubelet's unit through systemd's
+// D-Bus client (systemd.Client, behind the small UnitControl interface),
+// only when it is active, waiting for the job's result. When to restart is
+// not decided here.
 //
 // Checkpoint safety before a restart: PlanCPUManagerCheckpoint and
 // PlanMemoryManagerCheckpoint read cpu_manager_state and
@@ -34,5 +32,5 @@
 // policies on it.
 //
 // Its side effects are reading files, writing the two checkpoints when a
-// plan is applied, and the D-Bus and gRPC calls above.
+// plan is applied, the systemd jobs of a restart and the gRPC calls above.
 package kubelet

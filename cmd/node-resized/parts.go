@@ -20,6 +20,7 @@ import (
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/uevent"
 )
@@ -35,7 +36,7 @@ type parts struct {
 	nrt      *kube.TopologyPublisher
 	evictor  *kube.Evictor
 	watcher  *kubelet.Watcher
-	systemd  *kubelet.Systemd
+	systemd  *systemd.Client
 	api      *api.Server
 	info     api.Info
 	socket   net.Listener
@@ -82,7 +83,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	}
 	var restarter agent.KubeletRestarter
 	if p.relay != nil {
-		p.systemd = kubelet.NewSystemd()
+		p.systemd = systemd.NewClient()
 		if restarter, err = newRestarter(o, kcfg, p.systemd); err != nil {
 			return nil, err
 		}
@@ -166,7 +167,7 @@ func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *s
 
 // newRestarter builds the kubelet's restarter: its unit over D-Bus, its
 // checkpoints under the kubelet's root directory.
-func newRestarter(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd) (agent.KubeletRestarter, error) {
+func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client) (agent.KubeletRestarter, error) {
 	r, err := kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's restart: %w", err)
@@ -184,7 +185,7 @@ func (r restarter) Restart(ctx context.Context, snap *topology.Snapshot) (string
 
 // newWatcher builds the part that follows what the running kubelet
 // believes; it feeds the agent.
-func newWatcher(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd, sink kubelet.Sink, log *slog.Logger) *kubelet.Watcher {
+func newWatcher(o *options, kcfg *kubelet.Config, sd *systemd.Client, sink kubelet.Sink, log *slog.Logger) *kubelet.Watcher {
 	wo := kubelet.WatcherOptions{
 		Unit:         o.kubeletUnit,
 		Systemd:      sd,
