@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
@@ -77,8 +78,8 @@ func (r *Restarter) unit() string {
 // checkpointPlans are the rewrites of both checkpoints for one machine;
 // nil where a checkpoint is missing.
 type checkpointPlans struct {
-	cpu *CPUManagerPlan
-	mem *MemoryManagerPlan
+	cpu *checkpoint.CPUManagerPlan
+	mem *checkpoint.MemoryManagerPlan
 }
 
 func (p checkpointPlans) changed() bool {
@@ -89,7 +90,7 @@ func (p checkpointPlans) changed() bool {
 func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
 	var p checkpointPlans
 	var err error
-	p.cpu, err = PlanCPUManagerCheckpoint(r.CPUManagerCheckpoint, CPUTarget{
+	p.cpu, err = checkpoint.PlanCPUManager(r.CPUManagerCheckpoint, checkpoint.CPUTarget{
 		Online: snap.CPUs.Online, Reserved: r.ReservedCPUs, StrictReservation: r.StrictReservation})
 	if errors.Is(err, fs.ErrNotExist) {
 		p.cpu, err = nil, nil
@@ -97,7 +98,7 @@ func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
 	if err != nil {
 		return checkpointPlans{}, err
 	}
-	p.mem, err = PlanMemoryManagerCheckpoint(r.MemoryManagerCheckpoint, snap.Nodes, r.ReservedMemory)
+	p.mem, err = checkpoint.PlanMemoryManager(r.MemoryManagerCheckpoint, snap.Nodes, r.ReservedMemory)
 	if errors.Is(err, fs.ErrNotExist) {
 		p.mem, err = nil, nil
 	}
@@ -109,7 +110,7 @@ func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
 
 // Check reports whether the kubelet may be restarted into the machine
 // snap: nil when both checkpoints can be made safe (or need nothing), an
-// error otherwise; one that wraps ErrCheckpointInfeasible says what an
+// error otherwise; one that wraps checkpoint.ErrInfeasible says what an
 // operator must do first. It only reads.
 func (r *Restarter) Check(snap *topology.Snapshot) error {
 	_, err := r.plan(snap)

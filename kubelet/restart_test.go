@@ -9,9 +9,33 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
+
+// copyCheckpoint copies a CPU manager checkpoint of the checkpoint
+// package's testdata into a temporary directory.
+func copyCheckpoint(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "cpu_manager_state", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "cpu_manager_state")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func cpuRange(from, to int) topology.CPUSet {
+	var s topology.CPUSet
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
 
 // recordingUnits is a UnitControl that records the calls and, at each,
 // what the CPU manager checkpoint held.
@@ -71,8 +95,8 @@ func TestRestarterOrder(t *testing.T) {
 			checkErr := r.Check(snap(tc.online))
 			res, err := r.Restart(context.Background(), snap(tc.online))
 			if tc.infeas {
-				if !errors.Is(checkErr, ErrCheckpointInfeasible) || !errors.Is(err, ErrCheckpointInfeasible) || len(u.calls) != 0 {
-					t.Fatalf("Check %v, Restart %q %v, calls %v; want ErrCheckpointInfeasible and no job", checkErr, res, err, u.calls)
+				if !errors.Is(checkErr, checkpoint.ErrInfeasible) || !errors.Is(err, checkpoint.ErrInfeasible) || len(u.calls) != 0 {
+					t.Fatalf("Check %v, Restart %q %v, calls %v; want checkpoint.ErrInfeasible and no job", checkErr, res, err, u.calls)
 				}
 				return
 			}
@@ -84,7 +108,7 @@ func TestRestarterOrder(t *testing.T) {
 				if !bytes.Equal(u.seen[0], old) || bytes.Equal(u.seen[1], old) || !bytes.Equal(u.seen[1], now) {
 					t.Fatal("the checkpoint was not rewritten between the stop and the start")
 				}
-				if bak, _ := os.ReadFile(path + BackupSuffix); !bytes.Equal(bak, old) {
+				if bak, _ := os.ReadFile(path + checkpoint.BackupSuffix); !bytes.Equal(bak, old) {
 					t.Fatal("the previous checkpoint was not kept beside it")
 				}
 			} else if !bytes.Equal(now, old) {

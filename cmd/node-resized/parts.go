@@ -18,6 +18,7 @@ import (
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/systemd"
@@ -154,7 +155,7 @@ func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, l
 func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *slog.Logger, m *metrics.Metrics) *kube.Evictor {
 	eo := kube.EvictorOptions{
 		NodeName:      o.nodeName,
-		ExclusiveCPUs: kubelet.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
+		ExclusiveCPUs: checkpoint.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
 		Event:         relay.Event,
 		Logger:        log,
 		Metrics:       m,

@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"bytes"
@@ -15,14 +15,14 @@ import (
 // rewrites it: cpu_manager_state.node-resized.bak.
 const BackupSuffix = ".node-resized.bak"
 
-// ErrCheckpointChanged is wrapped by the error a plan's Apply returns when
+// ErrChanged is wrapped by the error a plan's Apply returns when
 // the file is no longer the one the plan was made from (the kubelet wrote
 // it meanwhile): plan again.
-var ErrCheckpointChanged = errors.New("checkpoint changed since it was read")
+var ErrChanged = errors.New("checkpoint changed since it was read")
 
-// readCheckpointFile reads a checkpoint, capped at maxCheckpointSize.
+// readCheckpointFile reads a checkpoint, capped at maxSize.
 func readCheckpointFile(path string) ([]byte, error) {
-	return capped.ReadFile(path, maxCheckpointSize)
+	return capped.ReadFile(path, maxSize)
 }
 
 // replaceCheckpoint replaces the checkpoint at path, whose contents must
@@ -36,7 +36,7 @@ func replaceCheckpoint(path string, old, data []byte) error {
 		return err
 	}
 	if !bytes.Equal(cur, old) {
-		return fmt.Errorf("replace %s: %w", path, ErrCheckpointChanged)
+		return fmt.Errorf("replace %s: %w", path, ErrChanged)
 	}
 	mode := fs.FileMode(0o644)
 	if fi, err := os.Stat(path); err == nil {

@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 )
 
 // MemoryManagerPlan is a rewrite of the memory manager's checkpoint for a
-// new NUMA topology, made by PlanMemoryManagerCheckpoint and written by
+// new NUMA topology, made by PlanMemoryManager and written by
 // Apply. It is not safe for concurrent use.
 type MemoryManagerPlan struct {
 	Path string
@@ -31,7 +31,7 @@ type MemoryManagerPlan struct {
 
 // Apply writes the planned checkpoint when it changed: atomically, with
 // the previous file kept at Path+BackupSuffix. It fails, wrapping
-// ErrCheckpointChanged, when the file is no longer the one planned from.
+// ErrChanged, when the file is no longer the one planned from.
 func (p *MemoryManagerPlan) Apply() error {
 	if !p.Changed {
 		return nil
@@ -42,8 +42,8 @@ func (p *MemoryManagerPlan) Apply() error {
 // Bytes returns the checkpoint Apply writes (nil when unchanged).
 func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
 
-// PlanMemoryManagerCheckpoint reads the memory manager's checkpoint at
-// path ("" means DefaultMemoryManagerCheckpoint), verifies it as the
+// PlanMemoryManager reads the memory manager's checkpoint at
+// path ("" means DefaultMemoryManagerPath), verifies it as the
 // kubelet does (a corrupt one is an error, never rewritten), and plans the
 // checkpoint the kubelet's Static policy accepts on the NUMA nodes given
 // (its validateState): the machine state the kubelet computes for them
@@ -56,18 +56,18 @@ func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
 //
 // When an assignment no longer fits its nodes, or a node has less memory
 // than is reserved on it, no plan is possible: the error wraps
-// ErrCheckpointInfeasible and says what an operator must do. The None
+// ErrInfeasible and says what an operator must do. The None
 // policy's checkpoint, and a Static one not yet initialised, need no
 // rewrite. A missing checkpoint gives an error wrapping fs.ErrNotExist.
-func PlanMemoryManagerCheckpoint(path string, nodes []topology.Node, reserved map[int]map[string]uint64) (*MemoryManagerPlan, error) {
+func PlanMemoryManager(path string, nodes []topology.Node, reserved map[int]map[string]uint64) (*MemoryManagerPlan, error) {
 	if path == "" {
-		path = DefaultMemoryManagerCheckpoint
+		path = DefaultMemoryManagerPath
 	}
 	b, err := readCheckpointFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("memory manager checkpoint: %w", err)
 	}
-	st, err := ParseMemoryManagerCheckpoint(b)
+	st, err := ParseMemoryManager(b)
 	if err != nil {
 		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
 	}
@@ -92,28 +92,6 @@ func PlanMemoryManagerCheckpoint(path string, nodes []topology.Node, reserved ma
 		}
 	}
 	return p, nil
-}
-
-// ReservedMemory returns the configuration's reservedMemory as
-// PlanMemoryManagerCheckpoint takes it.
-func (c *Config) ReservedMemory() (map[int]map[string]uint64, error) {
-	out := map[int]map[string]uint64{}
-	if c.Raw == nil {
-		return out, nil
-	}
-	for _, r := range c.Raw.ReservedMemory {
-		for name, q := range r.Limits {
-			v, ok := q.AsInt64()
-			if !ok || v < 0 {
-				return nil, fmt.Errorf("reservedMemory of NUMA node %d: %s %s is not a byte count", r.NumaNode, name, q.String())
-			}
-			if out[int(r.NumaNode)] == nil {
-				out[int(r.NumaNode)] = map[string]uint64{}
-			}
-			out[int(r.NumaNode)][string(name)] += uint64(v)
-		}
-	}
-	return out, nil
 }
 
 // reservedFromState recovers the reservations from a machine state.
@@ -147,7 +125,7 @@ func defaultMachineState(nodes []topology.Node, reserved map[int]map[string]uint
 		if _, ok := ms[id]; !ok && len(reserved[id]) > 0 {
 			return nil, fmt.Errorf("%w: reservedMemory names NUMA node %d, which the machine no longer has; "+
 				"remove it from the kubelet's reservedMemory (moving its reservation to a node that exists) before the kubelet restarts",
-				ErrCheckpointInfeasible, id)
+				ErrInfeasible, id)
 		}
 	}
 	for _, n := range nodes {
@@ -179,7 +157,7 @@ func memoryTable(node int, name string, total, taken uint64) (*MemoryTable, erro
 	if taken > total {
 		return nil, fmt.Errorf("%w: NUMA node %d has %d bytes of %s, less than the %d reserved on it (reservedMemory, and huge pages for memory); "+
 			"lower the node's reservedMemory in the kubelet's configuration (with kubeReserved, systemReserved and evictionHard to match) "+
-			"or give the node its memory back before the kubelet restarts", ErrCheckpointInfeasible, node, total, name, taken)
+			"or give the node its memory back before the kubelet restarts", ErrInfeasible, node, total, name, taken)
 	}
 	return &MemoryTable{TotalMemSize: total, SystemReserved: taken, Allocatable: total - taken, Free: total - taken}, nil
 }
@@ -187,7 +165,7 @@ func memoryTable(node int, name string, total, taken uint64) (*MemoryTable, erro
 // replayMemory accounts every assignment on the new machine state as the
 // kubelet's validateState does, dropping those on NUMA nodes that are gone.
 func replayMemory(st MemoryManagerState, ms map[int]*NUMANodeState) (MemoryManagerState, []string, error) {
-	out := MemoryManagerState{Format: MemoryCheckpointV3, PolicyName: st.PolicyName, MachineState: ms,
+	out := MemoryManagerState{Format: MemoryManagerV3, PolicyName: st.PolicyName, MachineState: ms,
 		Containers: map[string]map[string][]MemoryBlock{}}
 	if st.Pods != nil {
 		out.Pods = map[string][]MemoryBlock{}
@@ -217,7 +195,7 @@ func replayMemory(st MemoryManagerState, ms map[int]*NUMANodeState) (MemoryManag
 	if len(misfit) > 0 {
 		return MemoryManagerState{}, nil, fmt.Errorf("%w: the memory assigned to pods %v no longer fits its NUMA nodes; "+
 			"evict those pods (their memory is pinned there) or give the nodes their memory back before the kubelet restarts",
-			ErrCheckpointInfeasible, misfit)
+			ErrInfeasible, misfit)
 	}
 	return out, dropped, nil
 }

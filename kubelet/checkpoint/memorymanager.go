@@ -1,8 +1,7 @@
-package kubelet
+package checkpoint
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,26 +9,20 @@ import (
 	"strings"
 )
 
-// DefaultMemoryManagerCheckpoint is where the kubelet keeps its memory
+// DefaultMemoryManagerPath is where the kubelet keeps its memory
 // manager's state (<root-dir>/memory_manager_state).
-const DefaultMemoryManagerCheckpoint = "/var/lib/kubelet/memory_manager_state"
-
-// ErrCorruptMemoryCheckpoint is wrapped by the error ReadMemoryManagerCheckpoint
-// returns for a checkpoint the kubelet itself would refuse: not JSON, or no
-// layout whose checksum matches. Such a checkpoint stops the kubelet from
-// starting until it is removed.
-var ErrCorruptMemoryCheckpoint = errors.New("corrupt memory manager checkpoint")
+const DefaultMemoryManagerPath = "/var/lib/kubelet/memory_manager_state"
 
 // Memory manager checkpoint layouts, as the kubelet names its
 // MemoryManagerCheckpoint versions.
 const (
-	// MemoryCheckpointV1: policyName, machineState, entries, checksum.
-	MemoryCheckpointV1 = "v1"
-	// MemoryCheckpointV2: v1 with podEntries.
-	MemoryCheckpointV2 = "v2"
-	// MemoryCheckpointV3: v1 for older kubelets, plus data (the whole state
+	// MemoryManagerV1: policyName, machineState, entries, checksum.
+	MemoryManagerV1 = "v1"
+	// MemoryManagerV2: v1 with podEntries.
+	MemoryManagerV2 = "v2"
+	// MemoryManagerV3: v1 for older kubelets, plus data (the whole state
 	// as a JSON string) and dataChecksum, which is authoritative.
-	MemoryCheckpointV3 = "v3"
+	MemoryManagerV3 = "v3"
 )
 
 // MemoryTable is one memory type of one NUMA node in the memory manager's
@@ -61,7 +54,7 @@ type MemoryBlock struct {
 // MemoryManagerState is the memory manager's checkpoint as the kubelet
 // reads it. It is a plain value, safe for concurrent reads.
 type MemoryManagerState struct {
-	// Format is the layout the kubelet would load: MemoryCheckpointV1, V2
+	// Format is the layout the kubelet would load: MemoryManagerV1, V2
 	// or V3.
 	Format     string `json:"format"`
 	PolicyName string `json:"policyName"`
@@ -107,31 +100,31 @@ type (
 	}
 )
 
-// ReadMemoryManagerCheckpoint reads the memory manager's checkpoint at
-// path ("" means DefaultMemoryManagerCheckpoint) as kubelet v1.37 loads
+// ReadMemoryManager reads the memory manager's checkpoint at
+// path ("" means DefaultMemoryManagerPath) as kubelet v1.37 loads
 // it: v3 when the file has data or a dataChecksum (then its dataChecksum
 // must match), otherwise v2 and then v1, each with the kubelet's checksum
 // (a v1 checksum of 0 is accepted, as the kubelet accepts it). A missing
 // file gives an error wrapping fs.ErrNotExist; one the kubelet would refuse
-// an error wrapping ErrCorruptMemoryCheckpoint.
-func ReadMemoryManagerCheckpoint(path string) (MemoryManagerState, error) {
+// an error wrapping ErrCorrupt.
+func ReadMemoryManager(path string) (MemoryManagerState, error) {
 	if path == "" {
-		path = DefaultMemoryManagerCheckpoint
+		path = DefaultMemoryManagerPath
 	}
 	b, err := readCheckpointFile(path)
 	if err != nil {
 		return MemoryManagerState{}, fmt.Errorf("memory manager checkpoint: %w", err)
 	}
-	st, err := ParseMemoryManagerCheckpoint(b)
+	st, err := ParseMemoryManager(b)
 	if err != nil {
 		return MemoryManagerState{}, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
 	}
 	return st, nil
 }
 
-// ParseMemoryManagerCheckpoint parses the contents of a memory manager
-// checkpoint; see ReadMemoryManagerCheckpoint.
-func ParseMemoryManagerCheckpoint(b []byte) (MemoryManagerState, error) {
+// ParseMemoryManager parses the contents of a memory manager
+// checkpoint; see ReadMemoryManager.
+func ParseMemoryManager(b []byte) (MemoryManagerState, error) {
 	v3 := mmV3{mmV1: mmV1{MachineState: map[int]*NUMANodeState{}, Entries: map[string]map[string][]MemoryBlock{}}}
 	err3 := json.Unmarshal(b, &v3)
 	var d mmData
@@ -139,11 +132,11 @@ func ParseMemoryManagerCheckpoint(b []byte) (MemoryManagerState, error) {
 		d, err3 = parseV3(&v3)
 	}
 	if err3 == nil {
-		return MemoryManagerState{Format: MemoryCheckpointV3, PolicyName: d.PolicyName, MachineState: d.MachineState,
+		return MemoryManagerState{Format: MemoryManagerV3, PolicyName: d.PolicyName, MachineState: d.MachineState,
 			Containers: d.Entries, Pods: podBlocks(d.PodEntries)}, nil
 	}
 	if v3.Data != "" || v3.DataChecksum != 0 {
-		return MemoryManagerState{}, fmt.Errorf("%w: v3: %w", ErrCorruptMemoryCheckpoint, err3)
+		return MemoryManagerState{}, fmt.Errorf("%w: v3: %w", ErrCorrupt, err3)
 	}
 	v2 := mmV2{MachineState: map[int]*NUMANodeState{}, Entries: map[string]map[string][]MemoryBlock{}, PodEntries: map[string]mmPodEntry{}}
 	err2 := json.Unmarshal(b, &v2)
@@ -152,13 +145,13 @@ func ParseMemoryManagerCheckpoint(b []byte) (MemoryManagerState, error) {
 	}
 	v1 := mmV1{MachineState: map[int]*NUMANodeState{}, Entries: map[string]map[string][]MemoryBlock{}}
 	if err := json.Unmarshal(b, &v1); err != nil {
-		return MemoryManagerState{}, fmt.Errorf("%w: %w", ErrCorruptMemoryCheckpoint, err)
+		return MemoryManagerState{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if sum := v1.hash(); v1.Checksum != 0 && sum != v1.Checksum {
 		return MemoryManagerState{}, fmt.Errorf("%w: checksum %d matches neither the v2 nor the v1 content (v1 hashes to %d)",
-			ErrCorruptMemoryCheckpoint, v1.Checksum, sum)
+			ErrCorrupt, v1.Checksum, sum)
 	}
-	return MemoryManagerState{Format: MemoryCheckpointV1, PolicyName: v1.PolicyName, MachineState: v1.MachineState,
+	return MemoryManagerState{Format: MemoryManagerV1, PolicyName: v1.PolicyName, MachineState: v1.MachineState,
 		Containers: v1.Entries}, nil
 }
 
@@ -176,7 +169,7 @@ func parseV3(v3 *mmV3) (mmData, error) {
 }
 
 func (v2 *mmV2) state() MemoryManagerState {
-	return MemoryManagerState{Format: MemoryCheckpointV2, PolicyName: v2.PolicyName, MachineState: v2.MachineState,
+	return MemoryManagerState{Format: MemoryManagerV2, PolicyName: v2.PolicyName, MachineState: v2.MachineState,
 		Containers: v2.Entries, Pods: podBlocks(v2.PodEntries)}
 }
 

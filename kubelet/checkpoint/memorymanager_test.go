@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"errors"
@@ -43,21 +43,21 @@ func memoryFixture() (MemoryManagerState, []topology.Node) {
 	return st, []topology.Node{{ID: 0, MemTotal: 4 * gi}, {ID: 1, MemTotal: 4 * gi}}
 }
 
-func TestPlanMemoryManagerCheckpoint(t *testing.T) {
+func TestPlanMemoryManager(t *testing.T) {
 	gi := uint64(1 << 30)
 	st, nodes := memoryFixture()
 	path := writeMemoryState(t, st)
-	got, err := ReadMemoryManagerCheckpoint(path)
-	if err != nil || got.Format != MemoryCheckpointV3 || !reflect.DeepEqual(got.MachineState, st.MachineState) {
+	got, err := ReadMemoryManager(path)
+	if err != nil || got.Format != MemoryManagerV3 || !reflect.DeepEqual(got.MachineState, st.MachineState) {
 		t.Fatalf("read back %+v, %v", got, err)
 	}
-	p, err := PlanMemoryManagerCheckpoint(path, nodes, nil)
+	p, err := PlanMemoryManager(path, nodes, nil)
 	if err != nil || p.Changed {
 		t.Fatalf("same machine: changed %v, %v", p.Changed, err)
 	}
 
 	nodes[1].MemTotal = 3 * gi // still holds pod B
-	p, err = PlanMemoryManagerCheckpoint(path, nodes, nil)
+	p, err = PlanMemoryManager(path, nodes, nil)
 	if err != nil || !p.Changed {
 		t.Fatalf("node 1 shrunk: changed %v, %v", p != nil && p.Changed, err)
 	}
@@ -67,31 +67,31 @@ func TestPlanMemoryManagerCheckpoint(t *testing.T) {
 	if err := p.Apply(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadMemoryManagerCheckpoint(path); err != nil {
+	if _, err := ReadMemoryManager(path); err != nil {
 		t.Fatalf("our own reader refuses the result: %v", err)
 	}
 
 	nodes[1].MemTotal = gi // pod B's 2 GiB no longer fit
-	if _, err := PlanMemoryManagerCheckpoint(path, nodes, nil); !errors.Is(err, ErrCheckpointInfeasible) {
+	if _, err := PlanMemoryManager(path, nodes, nil); !errors.Is(err, ErrInfeasible) {
 		t.Fatalf("node 1 below pod B: %v", err)
 	}
 	// Node 1 gone with pod B evicted: its entry is dropped.
-	p, err = PlanMemoryManagerCheckpoint(path, nodes[:1], nil)
+	p, err = PlanMemoryManager(path, nodes[:1], nil)
 	if err != nil || len(p.Dropped) != 1 || p.Dropped[0] != podB || len(p.New.MachineState) != 1 {
 		t.Fatalf("node 1 removed: %+v, %v", p, err)
 	}
 }
 
-func TestReadMemoryManagerCheckpointCorrupt(t *testing.T) {
+func TestReadMemoryManagerCorrupt(t *testing.T) {
 	st, _ := memoryFixture()
 	path := writeMemoryState(t, st)
 	b, _ := os.ReadFile(path)
 	b[len(b)-3]++ // the dataChecksum
 	os.WriteFile(path, b, 0o644)
-	if _, err := ReadMemoryManagerCheckpoint(path); !errors.Is(err, ErrCorruptMemoryCheckpoint) {
+	if _, err := ReadMemoryManager(path); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("altered dataChecksum: %v", err)
 	}
-	if _, err := PlanMemoryManagerCheckpoint(path, nil, nil); !errors.Is(err, ErrCorruptMemoryCheckpoint) {
+	if _, err := PlanMemoryManager(path, nil, nil); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("plan on a corrupt checkpoint: %v", err)
 	}
 }

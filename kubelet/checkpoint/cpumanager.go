@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"encoding/json"
@@ -12,11 +12,11 @@ import (
 	"github.com/node-resized/node-resized/topology"
 )
 
-// ErrCheckpointInfeasible is wrapped by the errors the checkpoint plans
+// ErrInfeasible is wrapped by the errors the checkpoint plans
 // return when no checkpoint the kubelet would accept keeps the pods that
 // still run: an operator has to act first, and the message says what to do.
 // The kubelet must not be restarted meanwhile.
-var ErrCheckpointInfeasible = errors.New("no checkpoint the kubelet accepts fits the new machine")
+var ErrInfeasible = errors.New("no checkpoint the kubelet accepts fits the new machine")
 
 // CPUTarget is the machine the kubelet will find at its next start, as its
 // static CPU policy sees it.
@@ -32,7 +32,7 @@ type CPUTarget struct {
 }
 
 // CPUManagerPlan is a rewrite of the CPU manager's checkpoint for a new set
-// of CPUs, made by PlanCPUManagerCheckpoint and written by Apply. It is not
+// of CPUs, made by PlanCPUManager and written by Apply. It is not
 // safe for concurrent use.
 type CPUManagerPlan struct {
 	Path string
@@ -48,9 +48,9 @@ type CPUManagerPlan struct {
 	old, data []byte
 }
 
-// PlanCPUManagerCheckpoint reads the CPU manager's checkpoint at path (""
-// means DefaultCPUManagerCheckpoint), verifies it as the kubelet does (see
-// ReadCPUManagerCheckpoint; a corrupt one is an error, never rewritten),
+// PlanCPUManager reads the CPU manager's checkpoint at path (""
+// means DefaultCPUManagerPath), verifies it as the kubelet does (see
+// ReadCPUManager; a corrupt one is an error, never rewritten),
 // and plans the checkpoint the kubelet's static policy accepts on target
 // (its validateState): every pod whose exclusive CPUs are all still online
 // keeps them, container and pod level alike; the others are dropped; the
@@ -61,21 +61,21 @@ type CPUManagerPlan struct {
 //
 // The none policy's checkpoint, and a static one not yet initialised, need
 // no rewrite. A missing checkpoint gives an error wrapping fs.ErrNotExist.
-func PlanCPUManagerCheckpoint(path string, target CPUTarget) (*CPUManagerPlan, error) {
+func PlanCPUManager(path string, target CPUTarget) (*CPUManagerPlan, error) {
 	if path == "" {
-		path = DefaultCPUManagerCheckpoint
+		path = DefaultCPUManagerPath
 	}
 	b, err := readCheckpointFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("CPU manager checkpoint: %w", err)
 	}
-	st, err := ParseCPUManagerCheckpoint(b)
+	st, err := ParseCPUManager(b)
 	if err != nil {
 		return nil, fmt.Errorf("CPU manager checkpoint %s: %w", path, err)
 	}
 	baselines, err := cpuBaselines(b, st.Format)
 	if err != nil {
-		return nil, fmt.Errorf("CPU manager checkpoint %s: %w: baselines: %w", path, ErrCorruptCheckpoint, err)
+		return nil, fmt.Errorf("CPU manager checkpoint %s: %w: baselines: %w", path, ErrCorrupt, err)
 	}
 	p := &CPUManagerPlan{Path: path, Old: st, New: st, old: b}
 	if st.PolicyName != "static" || (len(st.DefaultCPUSet) == 0 && len(st.Exclusive) == 0) {
@@ -98,7 +98,7 @@ func PlanCPUManagerCheckpoint(path string, target CPUTarget) (*CPUManagerPlan, e
 
 // Apply writes the planned checkpoint when it changed: atomically, with
 // the previous file kept at Path+BackupSuffix. It fails, wrapping
-// ErrCheckpointChanged, when the file is no longer the one planned from.
+// ErrChanged, when the file is no longer the one planned from.
 func (p *CPUManagerPlan) Apply() error {
 	if !p.Changed {
 		return nil
@@ -114,7 +114,7 @@ func (p *CPUManagerPlan) Bytes() []byte { return p.data }
 func rewriteCPUs(st CPUManagerState, t CPUTarget) (CPUManagerState, []string, error) {
 	online := cpuset.New(t.Online...)
 	reserved := cpuset.New(t.Reserved...)
-	out := CPUManagerState{Format: CheckpointV4, PolicyName: st.PolicyName}
+	out := CPUManagerState{Format: CPUManagerV4, PolicyName: st.PolicyName}
 	var dropped []string
 	var assigned cpuset.CPUSet
 	holders := map[int]string{}
@@ -132,11 +132,11 @@ func rewriteCPUs(st CPUManagerState, t CPUTarget) (CPUManagerState, []string, er
 	}
 	if !reserved.IsSubsetOf(online) {
 		return CPUManagerState{}, nil, fmt.Errorf("%w: reserved CPUs %s are not all online (online: %s); "+
-			"bring them online or change reservedSystemCPUs before the kubelet restarts", ErrCheckpointInfeasible, reserved, online)
+			"bring them online or change reservedSystemCPUs before the kubelet restarts", ErrInfeasible, reserved, online)
 	}
 	if held := reserved.Intersection(assigned); !held.IsEmpty() {
 		return CPUManagerState{}, nil, fmt.Errorf("%w: reserved CPUs %s are held exclusively by pod %s; "+
-			"evict it before the kubelet restarts", ErrCheckpointInfeasible, held, holders[held.List()[0]])
+			"evict it before the kubelet restarts", ErrInfeasible, held, holders[held.List()[0]])
 	}
 	shared := online.Difference(assigned)
 	if t.StrictReservation {
@@ -144,7 +144,7 @@ func rewriteCPUs(st CPUManagerState, t CPUTarget) (CPUManagerState, []string, er
 	}
 	if shared.IsEmpty() && len(out.Exclusive) > 0 {
 		return CPUManagerState{}, nil, fmt.Errorf("%w: pods hold every online CPU (%s) exclusively and the shared pool would be empty; "+
-			"evict a Guaranteed pod before the kubelet restarts", ErrCheckpointInfeasible, online)
+			"evict a Guaranteed pod before the kubelet restarts", ErrInfeasible, online)
 	}
 	out.DefaultCPUSet = topology.CPUSet(shared.List())
 	return out, dropped, nil
@@ -185,7 +185,7 @@ func sameCPUState(a, b CPUManagerState) bool {
 // cpuBaselines returns the v4 data's baselines (the CPUs each container
 // was admitted with, kept for in-place resize), nil in older layouts.
 func cpuBaselines(b []byte, format string) (map[string]map[string]ckBaseline, error) {
-	if format != CheckpointV4 {
+	if format != CPUManagerV4 {
 		return nil, nil
 	}
 	var f struct {

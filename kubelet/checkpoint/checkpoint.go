@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"bytes"
@@ -13,38 +13,39 @@ import (
 	"strings"
 
 	"github.com/node-resized/node-resized/internal/capped"
+	"github.com/node-resized/node-resized/kubelet/internal/cpulist"
 	"github.com/node-resized/node-resized/topology"
 )
 
-// DefaultCPUManagerCheckpoint is where the kubelet keeps its CPU manager's
+// DefaultCPUManagerPath is where the kubelet keeps its CPU manager's
 // state (<root-dir>/cpu_manager_state).
-const DefaultCPUManagerCheckpoint = "/var/lib/kubelet/cpu_manager_state"
+const DefaultCPUManagerPath = "/var/lib/kubelet/cpu_manager_state"
 
-// maxCheckpointSize caps the checkpoint read: a few hundred bytes per pod.
-const maxCheckpointSize = 16 << 20
+// maxSize caps the checkpoint read: a few hundred bytes per pod.
+const maxSize = 16 << 20
 
-// ErrCorruptCheckpoint is wrapped by the error ReadCPUManagerCheckpoint
-// returns for a checkpoint the kubelet itself would refuse: not JSON,
-// unparsable CPU sets, or a checksum that does not match. Such a
-// checkpoint stops the kubelet from starting until it is removed.
-var ErrCorruptCheckpoint = errors.New("corrupt CPU manager checkpoint")
+// ErrCorrupt is wrapped by the errors returned for a checkpoint the
+// kubelet itself would refuse: not JSON, unparsable CPU sets, or a
+// checksum that does not match. Such a checkpoint stops the kubelet from
+// starting until it is removed.
+var ErrCorrupt = errors.New("corrupt checkpoint")
 
 // Checkpoint layouts, as the kubelet names its CPUManagerCheckpoint
 // versions.
 const (
-	// CheckpointV2: policyName, defaultCpuSet, entries, checksum.
-	CheckpointV2 = "v2"
-	// CheckpointV3: v2 with podEntries (pod-level resource managers).
-	CheckpointV3 = "v3"
-	// CheckpointV4: v2 for older kubelets, plus data (the whole state as a
+	// CPUManagerV2: policyName, defaultCpuSet, entries, checksum.
+	CPUManagerV2 = "v2"
+	// CPUManagerV3: v2 with podEntries (pod-level resource managers).
+	CPUManagerV3 = "v3"
+	// CPUManagerV4: v2 for older kubelets, plus data (the whole state as a
 	// JSON string) and dataChecksum, which is authoritative.
-	CheckpointV4 = "v4"
+	CPUManagerV4 = "v4"
 )
 
 // CPUManagerState is the CPU manager's checkpoint as the kubelet reads it.
 // It is a plain value, safe for concurrent reads.
 type CPUManagerState struct {
-	// Format is the layout the kubelet would load: CheckpointV2, V3 or V4.
+	// Format is the layout the kubelet would load: CPUManagerV2, V3 or V4.
 	Format     string `json:"format"`
 	PolicyName string `json:"policyName"`
 	// DefaultCPUSet is the shared pool.
@@ -74,8 +75,8 @@ func (s CPUManagerState) AllCPUs() topology.CPUSet {
 	return slices.Compact(all)
 }
 
-// ReadCPUManagerCheckpoint reads the CPU manager's checkpoint at path
-// ("" means DefaultCPUManagerCheckpoint) as the kubelet loads it: the v4
+// ReadCPUManager reads the CPU manager's checkpoint at path
+// ("" means DefaultCPUManagerPath) as the kubelet loads it: the v4
 // layout when the file has data or a dataChecksum (then its dataChecksum
 // must match), otherwise v3 and then v2, each with the kubelet's checksum
 // (under its own type name or the legacy "CPUManagerCheckpoint"; a v2
@@ -83,21 +84,21 @@ func (s CPUManagerState) AllCPUs() topology.CPUSet {
 //
 // A missing file gives an error that wraps fs.ErrNotExist (the kubelet has
 // not run the CPU manager yet). A file the kubelet would refuse gives an
-// error that wraps ErrCorruptCheckpoint; when only the checksum is wrong,
+// error that wraps ErrCorrupt; when only the checksum is wrong,
 // the state as written is returned with that error, since its CPUs are
 // still those the containers run on.
-func ReadCPUManagerCheckpoint(path string) (CPUManagerState, error) {
+func ReadCPUManager(path string) (CPUManagerState, error) {
 	if path == "" {
-		path = DefaultCPUManagerCheckpoint
+		path = DefaultCPUManagerPath
 	}
 	b, err := readCheckpointFile(path)
 	if errors.Is(err, capped.ErrTooLarge) {
-		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint: %w: %w", err, ErrCorruptCheckpoint)
+		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint: %w: %w", err, ErrCorrupt)
 	}
 	if err != nil {
 		return CPUManagerState{}, fmt.Errorf("CPU manager checkpoint: %w", err)
 	}
-	st, err := ParseCPUManagerCheckpoint(b)
+	st, err := ParseCPUManager(b)
 	if err != nil {
 		return st, fmt.Errorf("CPU manager checkpoint %s: %w", path, err)
 	}
@@ -110,7 +111,7 @@ func ReadCPUManagerCheckpoint(path string) (CPUManagerState, error) {
 // no pod has exclusive CPUs; a checksum mismatch does not hide them.
 func ExclusiveCPUsFunc(path string) func() (map[string][]int, error) {
 	return func() (map[string][]int, error) {
-		st, err := ReadCPUManagerCheckpoint(path)
+		st, err := ReadCPUManager(path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return map[string][]int{}, nil
@@ -149,19 +150,19 @@ type ckPodEntry struct {
 	CPUSet string `json:"cpuSet"`
 }
 
-// ParseCPUManagerCheckpoint parses the contents of a CPU manager checkpoint;
-// see ReadCPUManagerCheckpoint.
-func ParseCPUManagerCheckpoint(b []byte) (CPUManagerState, error) {
+// ParseCPUManager parses the contents of a CPU manager checkpoint;
+// see ReadCPUManager.
+func ParseCPUManager(b []byte) (CPUManagerState, error) {
 	var f ckFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return CPUManagerState{}, fmt.Errorf("%w: %w", ErrCorruptCheckpoint, err)
+		return CPUManagerState{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if f.Data != "" || f.DataChecksum != 0 {
 		return parseV4(f)
 	}
 	entries, eNull, err := decodeEntries(f.Entries)
 	if err != nil {
-		return CPUManagerState{}, fmt.Errorf("%w: entries: %w", ErrCorruptCheckpoint, err)
+		return CPUManagerState{}, fmt.Errorf("%w: entries: %w", ErrCorrupt, err)
 	}
 	// The kubelet tries v3 first; a podEntries it cannot decode sends it
 	// to v2, which ignores them.
@@ -169,41 +170,41 @@ func ParseCPUManagerCheckpoint(b []byte) (CPUManagerState, error) {
 	if perr == nil {
 		h := v3Hash(f, entries, eNull, pods, pNull)
 		if uint64(h("CPUManagerCheckpointV3")) == f.Checksum || uint64(h("CPUManagerCheckpoint")) == f.Checksum {
-			return build(CheckpointV3, f.PolicyName, f.DefaultCPUSet, entries, pods)
+			return build(CPUManagerV3, f.PolicyName, f.DefaultCPUSet, entries, pods)
 		}
 	}
 	h := v2Hash(f, entries, eNull)
 	if f.Checksum == 0 || uint64(h("CPUManagerCheckpointV2")) == f.Checksum || uint64(h("CPUManagerCheckpoint")) == f.Checksum {
-		return build(CheckpointV2, f.PolicyName, f.DefaultCPUSet, entries, nil)
+		return build(CPUManagerV2, f.PolicyName, f.DefaultCPUSet, entries, nil)
 	}
-	st, err := build(CheckpointV2, f.PolicyName, f.DefaultCPUSet, entries, pods)
+	st, err := build(CPUManagerV2, f.PolicyName, f.DefaultCPUSet, entries, pods)
 	if err != nil {
 		return CPUManagerState{}, err
 	}
 	return st, fmt.Errorf("%w: checksum %d matches neither the v3 nor the v2 content (v2 hashes to %d)",
-		ErrCorruptCheckpoint, f.Checksum, h("CPUManagerCheckpoint"))
+		ErrCorrupt, f.Checksum, h("CPUManagerCheckpoint"))
 }
 
 func parseV4(f ckFile) (CPUManagerState, error) {
 	// The kubelet decodes the v2 copy beside the data too.
 	if _, _, err := decodeEntries(f.Entries); err != nil {
-		return CPUManagerState{}, fmt.Errorf("%w: entries: %w", ErrCorruptCheckpoint, err)
+		return CPUManagerState{}, fmt.Errorf("%w: entries: %w", ErrCorrupt, err)
 	}
 	var d ckData
 	if err := json.Unmarshal([]byte(f.Data), &d); err != nil {
-		return CPUManagerState{}, fmt.Errorf("%w: v4 data: %w", ErrCorruptCheckpoint, err)
+		return CPUManagerState{}, fmt.Errorf("%w: v4 data: %w", ErrCorrupt, err)
 	}
 	pods := make(map[string]string, len(d.PodEntries))
 	for uid, pe := range d.PodEntries {
 		pods[uid] = pe.CPUSet
 	}
-	st, err := build(CheckpointV4, d.PolicyName, d.DefaultCPUSet, d.Entries, pods)
+	st, err := build(CPUManagerV4, d.PolicyName, d.DefaultCPUSet, d.Entries, pods)
 	if err != nil {
 		return CPUManagerState{}, err
 	}
 	// checksum.New(data): fnv32a over the spew dump of a string.
 	if sum := fnv32a("(string)" + f.Data); uint64(sum) != f.DataChecksum {
-		return st, fmt.Errorf("%w: dataChecksum %d does not match the data (%d)", ErrCorruptCheckpoint, f.DataChecksum, sum)
+		return st, fmt.Errorf("%w: dataChecksum %d does not match the data (%d)", ErrCorrupt, f.DataChecksum, sum)
 	}
 	return st, nil
 }
@@ -253,7 +254,7 @@ func build(format, policy, def string, entries map[string]map[string]string, pod
 	st := CPUManagerState{Format: format, PolicyName: policy}
 	var err error
 	if st.DefaultCPUSet, err = parseCPUSet(def); err != nil {
-		return CPUManagerState{}, fmt.Errorf("%w: default CPU set: %w", ErrCorruptCheckpoint, err)
+		return CPUManagerState{}, fmt.Errorf("%w: default CPU set: %w", ErrCorrupt, err)
 	}
 	union := func(uid string, set topology.CPUSet) {
 		if st.Exclusive == nil {
@@ -271,7 +272,7 @@ func build(format, policy, def string, entries map[string]map[string]string, pod
 		for name, list := range containers {
 			set, err := parseCPUSet(list)
 			if err != nil {
-				return CPUManagerState{}, fmt.Errorf("%w: container %q of pod %s: %w", ErrCorruptCheckpoint, name, uid, err)
+				return CPUManagerState{}, fmt.Errorf("%w: container %q of pod %s: %w", ErrCorrupt, name, uid, err)
 			}
 			st.Containers[uid][name] = set
 			union(uid, set)
@@ -280,7 +281,7 @@ func build(format, policy, def string, entries map[string]map[string]string, pod
 	for uid, list := range pods {
 		set, err := parseCPUSet(list)
 		if err != nil {
-			return CPUManagerState{}, fmt.Errorf("%w: pod %s: %w", ErrCorruptCheckpoint, uid, err)
+			return CPUManagerState{}, fmt.Errorf("%w: pod %s: %w", ErrCorrupt, uid, err)
 		}
 		if st.Pods == nil {
 			st.Pods = map[string]topology.CPUSet{}
@@ -378,7 +379,7 @@ func dumpEntries(b *strings.Builder, entries map[string]map[string]string, null 
 // parseCPUSet parses a CPU list of a checkpoint as the kubelet does
 // (cpuset.Parse).
 func parseCPUSet(s string) (topology.CPUSet, error) {
-	ids, err := parseCPUList(s)
+	ids, err := cpulist.Parse(s)
 	if err != nil {
 		return nil, err
 	}
