@@ -14,27 +14,19 @@ import (
 	"github.com/node-resized/node-resized/topology"
 )
 
-// copyCheckpoint copies a CPU manager checkpoint of the checkpoint
-// package's testdata into a temporary directory.
-func copyCheckpoint(t *testing.T, name string) string {
+// v4Checkpoint copies the checkpoint package's v4 CPU manager checkpoint
+// (CPUs 0-12; pods hold 1-2 and 8-12) into a temporary directory.
+func v4Checkpoint(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "cpu_manager_state", name))
+	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "cpu_manager_state", "v4"))
+	path := filepath.Join(t.TempDir(), "cpu_manager_state")
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "cpu_manager_state")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	return path
-}
-
-func cpuRange(from, to int) topology.CPUSet {
-	var s topology.CPUSet
-	for i := from; i <= to; i++ {
-		s = append(s, i)
-	}
-	return s
 }
 
 // recordingUnits is a UnitControl that records the calls and, at each,
@@ -73,21 +65,25 @@ func (u *recordingUnits) Start(context.Context, string) (systemd.JobResult, erro
 // nothing to rewrite, one restart job; with a checkpoint no kubelet would
 // accept, no job at all.
 func TestRestarterOrder(t *testing.T) {
-	snap := func(online topology.CPUSet) *topology.Snapshot {
-		return &topology.Snapshot{CPUs: topology.CPUs{Online: online}}
+	snap := func(online string) *topology.Snapshot {
+		cpus, err := topology.ParseCPUSet(online)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &topology.Snapshot{CPUs: topology.CPUs{Online: cpus}}
 	}
 	for _, tc := range []struct {
 		name   string
-		online topology.CPUSet
+		online string
 		calls  []string
 		infeas bool
 	}{
-		{name: "CPUs added", online: cpuRange(0, 15), calls: []string{"stop", "start"}},
-		{name: "unchanged", online: cpuRange(0, 12), calls: []string{"restart"}},
-		{name: "reserved CPU gone", online: cpuRange(1, 12), infeas: true},
+		{name: "CPUs added", online: "0-15", calls: []string{"stop", "start"}},
+		{name: "unchanged", online: "0-12", calls: []string{"restart"}},
+		{name: "reserved CPU gone", online: "1-12", infeas: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := copyCheckpoint(t, "v4")
+			path := v4Checkpoint(t)
 			old, _ := os.ReadFile(path)
 			u := &recordingUnits{checkpoint: path, active: true, result: systemd.JobDone}
 			r := &Restarter{Systemd: u, CPUManagerCheckpoint: path,

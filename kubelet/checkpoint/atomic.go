@@ -11,27 +11,13 @@ import (
 	"github.com/node-resized/node-resized/internal/capped"
 )
 
-// BackupSuffix names the copy of a checkpoint kept beside it when node-resized
-// rewrites it: cpu_manager_state.node-resized.bak.
-const BackupSuffix = ".node-resized.bak"
-
-// ErrChanged is wrapped by the error a plan's Apply returns when
-// the file is no longer the one the plan was made from (the kubelet wrote
-// it meanwhile): plan again.
-var ErrChanged = errors.New("checkpoint changed since it was read")
-
-// readCheckpointFile reads a checkpoint, capped at maxSize.
-func readCheckpointFile(path string) ([]byte, error) {
-	return capped.ReadFile(path, maxSize)
-}
-
-// replaceCheckpoint replaces the checkpoint at path, whose contents must
-// still be old, with data: old is first kept at path+BackupSuffix, then
-// data written to a temporary file in the same directory, synced, and
-// renamed over path, and the directory synced. A reader sees the old file
-// or the new one, never a mix.
-func replaceCheckpoint(path string, old, data []byte) error {
-	cur, err := readCheckpointFile(path)
+// replace replaces the checkpoint at path, whose contents must still be
+// old, with data: old is first kept at path+BackupSuffix, then data written
+// to a temporary file in the same directory, synced, and renamed over
+// path, and the directory synced. A reader sees the old file or the new
+// one, never a mix.
+func replace(path string, old, data []byte) error {
+	cur, err := capped.ReadFile(path, maxSize)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

@@ -16,6 +16,14 @@
 // (BackupSuffix). test/kubeletparity loads every written file with the
 // kubelet's own state packages and starts its policies on it.
 //
+// Both checkpoints go through one skeleton (checkpoint.go): read with a
+// size cap, decode in the first layout that takes the file, newest first,
+// as the kubelet tries them, plan, write. Each layout is a file of its own
+// (cpu_v2.go … cpu_v4.go, memory_v1.go … memory_v3.go) with its decoding
+// and its checksum, listed in cpu.go and memory.go. A layout a new kubelet
+// writes is one new file, one line in that list, and its test data; which
+// layout a plan writes is chosen in cpu_plan.go and memory_plan.go.
+//
 // Its side effects are reading the checkpoints, and writing them when a
 // plan is applied.
 package checkpoint

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -12,43 +11,19 @@ import (
 )
 
 // MemoryManagerPlan is a rewrite of the memory manager's checkpoint for a
-// new NUMA topology, made by PlanMemoryManager and written by
-// Apply. It is not safe for concurrent use.
-type MemoryManagerPlan struct {
-	Path string
-	// Old is the checkpoint as read, New as it will be written.
-	Old, New MemoryManagerState
-	// Dropped are the pods whose memory lies on a NUMA node the machine no
-	// longer has: their assignments are left out of New. They must have
-	// been evicted.
-	Dropped []string
-	// Changed reports whether New differs from Old; Apply writes nothing
-	// otherwise.
-	Changed bool
+// new NUMA topology; its Dropped are the pods whose memory lies on a NUMA
+// node the machine no longer has.
+type MemoryManagerPlan = Plan[MemoryManagerState]
 
-	old, data []byte
-}
-
-// Apply writes the planned checkpoint when it changed: atomically, with
-// the previous file kept at Path+BackupSuffix. It fails, wrapping
-// ErrChanged, when the file is no longer the one planned from.
-func (p *MemoryManagerPlan) Apply() error {
-	if !p.Changed {
-		return nil
-	}
-	return replaceCheckpoint(p.Path, p.old, p.data)
-}
-
-// Bytes returns the checkpoint Apply writes (nil when unchanged).
-func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
-
-// PlanMemoryManager reads the memory manager's checkpoint at
-// path ("" means DefaultMemoryManagerPath), verifies it as the
-// kubelet does (a corrupt one is an error, never rewritten), and plans the
-// checkpoint the kubelet's Static policy accepts on the NUMA nodes given
-// (its validateState): the machine state the kubelet computes for them
-// (each node's MemTotal and huge pages, less reserved), with every
-// assignment on nodes that still exist accounted on it again.
+// PlanMemoryManager reads the memory manager's checkpoint at path (""
+// means DefaultMemoryManagerPath), verifies it as the kubelet does (a
+// corrupt one is an error, never rewritten), and plans the checkpoint the
+// kubelet's Static policy accepts on the NUMA nodes given (its
+// validateState): the machine state the kubelet computes for them (each
+// node's MemTotal and huge pages, less reserved), with every assignment on
+// nodes that still exist accounted on it again. The plan is written in
+// v1.37's layout (v3, with the v1 fields and checksum older kubelets
+// read).
 //
 // reserved is the kubelet's reservedMemory: NUMA node → resource name
 // ("memory", "hugepages-2Mi") → bytes; nil takes the reservations the
@@ -56,42 +31,28 @@ func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
 //
 // When an assignment no longer fits its nodes, or a node has less memory
 // than is reserved on it, no plan is possible: the error wraps
-// ErrInfeasible and says what an operator must do. The None
-// policy's checkpoint, and a Static one not yet initialised, need no
-// rewrite. A missing checkpoint gives an error wrapping fs.ErrNotExist.
+// ErrInfeasible and says what an operator must do. The None policy's
+// checkpoint, and a Static one not yet initialised, need no rewrite. A
+// missing checkpoint gives an error wrapping fs.ErrNotExist.
 func PlanMemoryManager(path string, nodes []topology.Node, reserved map[int]map[string]uint64) (*MemoryManagerPlan, error) {
-	if path == "" {
-		path = DefaultMemoryManagerPath
-	}
-	b, err := readCheckpointFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint: %w", err)
-	}
-	st, err := ParseMemoryManager(b)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
-	}
-	p := &MemoryManagerPlan{Path: path, Old: st, New: st, old: b}
-	if st.PolicyName != "Static" || len(st.MachineState) == 0 {
-		return p, nil
-	}
-	if reserved == nil {
-		reserved = reservedFromState(st.MachineState)
-	}
-	ms, err := defaultMachineState(nodes, reserved)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
-	}
-	if p.New, p.Dropped, err = replayMemory(st, ms); err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
-	}
-	p.Changed = len(p.Dropped) > 0 || !reflect.DeepEqual(st.MachineState, p.New.MachineState)
-	if p.Changed {
-		if p.data, err = marshalMemoryV3(p.New); err != nil {
-			return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
+	return memoryManager.plan(path, func(_ []byte, st MemoryManagerState) (MemoryManagerState, []string, []byte, error) {
+		if st.PolicyName != "Static" || len(st.MachineState) == 0 {
+			return st, nil, nil, nil
 		}
-	}
-	return p, nil
+		if reserved == nil {
+			reserved = reservedFromState(st.MachineState)
+		}
+		ms, err := defaultMachineState(nodes, reserved)
+		if err != nil {
+			return st, nil, nil, err
+		}
+		next, dropped, err := replayMemory(st, ms)
+		if err != nil || (len(dropped) == 0 && reflect.DeepEqual(st.MachineState, next.MachineState)) {
+			return next, dropped, nil, err
+		}
+		data, err := marshalMemoryV3(next)
+		return next, dropped, data, err
+	})
 }
 
 // reservedFromState recovers the reservations from a machine state.
@@ -247,27 +208,4 @@ func accountPod(ms map[int]*NUMANodeState, st MemoryManagerState, uid string) bo
 		fits = fits && left == 0
 	}
 	return fits
-}
-
-// marshalMemoryV3 writes st as the kubelet's MarshalCheckpoint does for
-// v3: the data with its checksum, and the v1 fields with theirs.
-func marshalMemoryV3(st MemoryManagerState) ([]byte, error) {
-	d := mmData{PolicyName: st.PolicyName, MachineState: st.MachineState, Entries: st.Containers}
-	if d.Entries == nil {
-		d.Entries = map[string]map[string][]MemoryBlock{}
-	}
-	if st.Pods != nil {
-		d.PodEntries = make(map[string]mmPodEntry, len(st.Pods))
-		for uid, blocks := range st.Pods {
-			d.PodEntries[uid] = mmPodEntry{MemoryBlocks: blocks}
-		}
-	}
-	data, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("marshal memory manager checkpoint data: %w", err)
-	}
-	v3 := mmV3{mmV1: mmV1{PolicyName: d.PolicyName, MachineState: d.MachineState, Entries: d.Entries},
-		Data: string(data), DataChecksum: uint64(fnv32a("(string)" + string(data)))}
-	v3.Checksum = v3.mmV1.hash()
-	return json.Marshal(v3)
 }
