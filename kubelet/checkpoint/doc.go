@@ -20,7 +20,8 @@
 // size cap, decode in the first layout that takes the file, newest first,
 // as the kubelet tries them, plan, write. Each layout is a file of its own
 // (cpu_v2.go … cpu_v4.go, memory_v1.go … memory_v3.go) with its decoding
-// and its checksum, listed in cpu.go and memory.go. A layout a new kubelet
+// and its checksum, listed in cpu.go and memory.go; the test data under
+// testdata/ was written by the kubelet's own code. A layout a new kubelet
 // writes is one new file, one line in that list, and its test data; which
 // layout a plan writes is chosen in cpu_plan.go and memory_plan.go.
 //

@@ -10,6 +10,48 @@ import (
 	"github.com/node-resized/node-resized/topology"
 )
 
+// The files in testdata/memory_manager_state were written by the kubelet's
+// own code (k8s.io/kubernetes v1.37.2, pkg/kubelet/cm/memorymanager/state:
+// the checkpoint manager's CreateCheckpoint of each layout), the -badsum
+// ones then altered in one number, which makes the kubelet's
+// NewCheckpointState refuse them; it loads the others.
+func TestReadMemoryManager(t *testing.T) {
+	gi := uint64(1 << 30)
+	machine := map[int]*NUMANodeState{
+		0: {NumberOfAssignments: 1, Cells: []int{0}, MemoryMap: map[string]*MemoryTable{
+			"memory":        {TotalMemSize: 4 * gi, SystemReserved: gi, Allocatable: 3 * gi, Reserved: gi, Free: 2 * gi},
+			"hugepages-2Mi": {}}},
+		1: {Cells: []int{1}, MemoryMap: map[string]*MemoryTable{"memory": {TotalMemSize: gi, Allocatable: gi, Free: gi}}},
+	}
+	blocks := []MemoryBlock{{NUMAAffinity: []int{0}, Type: "memory", Size: gi}}
+	containers := map[string]map[string][]MemoryBlock{"pod-a": {"app": blocks}, "pod-b": {}}
+	pods := map[string][]MemoryBlock{"pod-a": blocks, "pod-c": nil}
+	for _, tc := range []struct {
+		file    string
+		corrupt bool // the kubelet refuses it
+		want    MemoryManagerState
+	}{
+		{file: "v1", want: MemoryManagerState{Format: MemoryManagerV1, PolicyName: "Static", MachineState: machine, Containers: containers}},
+		{file: "v1-none", want: MemoryManagerState{Format: MemoryManagerV1, PolicyName: "None",
+			MachineState: map[int]*NUMANodeState{}, Containers: map[string]map[string][]MemoryBlock{}}},
+		{file: "v2", want: MemoryManagerState{Format: MemoryManagerV2, PolicyName: "Static", MachineState: machine, Containers: containers, Pods: pods}},
+		{file: "v3", want: MemoryManagerState{Format: MemoryManagerV3, PolicyName: "Static", MachineState: machine, Containers: containers, Pods: pods}},
+		{file: "v1-badsum", corrupt: true},
+		{file: "v2-badsum", corrupt: true},
+		{file: "v3-badsum", corrupt: true},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			st, err := ReadMemoryManager(filepath.Join("testdata", "memory_manager_state", tc.file))
+			if tc.corrupt != errors.Is(err, ErrCorrupt) || (!tc.corrupt && err != nil) {
+				t.Fatalf("err %v, corrupt %v", err, tc.corrupt)
+			}
+			if !reflect.DeepEqual(st, tc.want) {
+				t.Errorf("state\n got %+v\nwant %+v", st, tc.want)
+			}
+		})
+	}
+}
+
 // writeMemoryState writes st as v3 into a temporary directory.
 func writeMemoryState(t *testing.T, st MemoryManagerState) string {
 	t.Helper()
@@ -94,4 +136,11 @@ func TestReadMemoryManagerCorrupt(t *testing.T) {
 	if _, err := PlanMemoryManager(path, nil, nil); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("plan on a corrupt checkpoint: %v", err)
 	}
+}
+
+func FuzzParseMemoryManager(f *testing.F) {
+	fuzzParse(f, "memory_manager_state", func(b []byte) (string, error) {
+		st, err := ParseMemoryManager(b)
+		return st.Format, err
+	})
 }
