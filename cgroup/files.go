@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/node-resized/node-resized/internal/capped"
 )
 
 // maxFileSize caps what is read from one cgroup file: the largest one read
@@ -18,19 +18,7 @@ const maxFileSize = 1 << 20
 
 // readFile reads a whole cgroup file, at most maxFileSize bytes.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
-	}
-	return b, nil
+	return capped.ReadFile(path, maxFileSize)
 }
 
 // readValue reads a one-line cgroup file without its trailing newline.

@@ -4,7 +4,7 @@ import (
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/kube/evict"
-	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 )
 
 // The Enforcer is the agent's cgroup enforcer, and its working sets and
@@ -12,5 +12,5 @@ import (
 var (
 	_ agent.Enforcer       = (*cgroup.Enforcer)(nil)
 	_ evict.WorkingSetFunc = (*cgroup.Enforcer)(nil).PodWorkingSet
-	_                      = evict.Options{ExclusiveCPUs: kubelet.ExclusiveCPUsFunc("")}
+	_                      = evict.Options{ExclusiveCPUs: checkpoint.ExclusiveCPUsFunc("")}
 )

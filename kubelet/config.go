@@ -4,15 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/node-resized/node-resized/internal/capped"
+	"github.com/node-resized/node-resized/kubelet/internal/cpulist"
 	"github.com/node-resized/node-resized/resources"
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -212,18 +212,12 @@ func Load(path string, opts ...Option) (*Config, error) {
 	return c, nil
 }
 
+// readFile reads one configuration file, at most maxFileSize bytes; an
+// empty file is an error.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := capped.ReadFile(path, maxFileSize)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
 	}
 	if len(data) == 0 {
 		return nil, errors.New("the file is empty")
@@ -483,7 +477,7 @@ func fromKubelet(kc *kubeletv1beta1.KubeletConfiguration, path string) (*Config,
 	}
 	fieldErr := func(field string, err error) error { return &Error{Path: path, Field: field, Err: err} }
 
-	ids, err := parseCPUList(kc.ReservedSystemCPUs)
+	ids, err := cpulist.Parse(kc.ReservedSystemCPUs)
 	if err != nil {
 		return nil, fieldErr("reservedSystemCPUs", fmt.Errorf("unable to parse %q: %w", kc.ReservedSystemCPUs, err))
 	}
@@ -577,4 +571,26 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// ReservedMemory returns the configuration's reservedMemory as
+// checkpoint.PlanMemoryManager takes it.
+func (c *Config) ReservedMemory() (map[int]map[string]uint64, error) {
+	out := map[int]map[string]uint64{}
+	if c.Raw == nil {
+		return out, nil
+	}
+	for _, r := range c.Raw.ReservedMemory {
+		for name, q := range r.Limits {
+			v, ok := q.AsInt64()
+			if !ok || v < 0 {
+				return nil, fmt.Errorf("reservedMemory of NUMA node %d: %s %s is not a byte count", r.NumaNode, name, q.String())
+			}
+			if out[int(r.NumaNode)] == nil {
+				out[int(r.NumaNode)] = map[string]uint64{}
+			}
+			out[int(r.NumaNode)][string(name)] += uint64(v)
+		}
+	}
+	return out, nil
 }

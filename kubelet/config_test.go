@@ -337,31 +337,6 @@ func TestDefault(t *testing.T) {
 	}
 }
 
-func TestParseCPUList(t *testing.T) {
-	tests := []struct {
-		in   string
-		want []int
-		bad  bool
-	}{
-		{in: "", want: nil},
-		{in: "0", want: []int{0}},
-		{in: "0-3,8,10-11", want: []int{0, 1, 2, 3, 8, 10, 11}},
-		{in: "3,1-2,2", want: []int{1, 2, 3}},
-		{in: "1-1", want: []int{1}},
-		{in: "3-1", bad: true},
-		{in: "a", bad: true},
-		{in: "-1", bad: true},
-		{in: "0-100000000", bad: true},
-		{in: "1,", bad: true},
-	}
-	for _, tc := range tests {
-		got, err := parseCPUList(tc.in)
-		if (err != nil) != tc.bad || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.bad)
-		}
-	}
-}
-
 func TestMergePatch(t *testing.T) {
 	tests := []struct{ doc, patch, want string }{
 		{`{"a":1,"b":{"c":2,"d":3}}`, `{"b":{"c":null,"e":4}}`, `{"a":1,"b":{"d":3,"e":4}}`},

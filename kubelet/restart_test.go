@@ -1,393 +1,32 @@
 package kubelet
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
-	godbus "github.com/godbus/dbus/v5"
-	"github.com/godbus/dbus/v5/prop"
-
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
 
-// These tests run go-systemd's client over a real bus: a dbus-daemon
-// started by the test, on which the test exports a small stand-in for
-// systemd's org.freedesktop.systemd1 (the Manager's RestartUnit, GetUnit and
-// LoadUnit, the JobRemoved signal, and a unit's properties through
-// org.freedesktop.DBus.Properties).
-
-const (
-	sdName    = "org.freedesktop.systemd1"
-	sdPath    = godbus.ObjectPath("/org/freedesktop/systemd1")
-	sdManager = "org.freedesktop.systemd1.Manager"
-)
-
-// bus is a dbus-daemon of the test's own, listening on a socket in a
-// temporary directory.
-type bus struct {
-	addr    string
-	cmd     *exec.Cmd
-	stopped sync.Once
-}
-
-// startBus starts dbus-daemon with the session configuration on a socket
-// at path and returns once it prints its address.
-func startBus(t *testing.T, path string) *bus {
+// v4Checkpoint copies the checkpoint package's v4 CPU manager checkpoint
+// (CPUs 0-12; pods hold 1-2 and 8-12) into a temporary directory.
+func v4Checkpoint(t *testing.T) string {
 	t.Helper()
-	daemon, err := exec.LookPath("dbus-daemon")
-	if err != nil {
-		t.Skip("dbus-daemon is not installed")
+	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "cpu_manager_state", "v4"))
+	path := filepath.Join(t.TempDir(), "cpu_manager_state")
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
 	}
-	cmd := exec.Command(daemon, "--session", "--nofork", "--print-address", "--address=unix:path="+path)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start dbus-daemon: %v", err)
-	}
-	b := &bus{cmd: cmd}
-	t.Cleanup(b.stop)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read the bus address: %v", err)
-	}
-	b.addr = strings.TrimSpace(line)
-	return b
-}
-
-// stop kills the daemon; safe to call twice.
-func (b *bus) stop() {
-	b.stopped.Do(func() {
-		b.cmd.Process.Kill()
-		b.cmd.Wait()
-	})
-}
-
-// fakeSystemd is the stand-in for systemd: one service unit.
-type fakeSystemd struct {
-	conn  *godbus.Conn
-	unit  string
-	props *prop.Properties
-
-	mu       sync.Mutex // guards the fields below
-	result   string     // the JobRemoved result; "" sends none
-	restarts []string   // the mode of each RestartUnit call
-	jobs     []string   // each job: "restart", "stop" or "start"
-	called   chan struct{}
-}
-
-// exportSystemd connects to the bus at addr, takes systemd's name and
-// exports the manager and a unit in the given ActiveState whose restart
-// job ends with result.
-func exportSystemd(t *testing.T, addr, unit, active, result string) *fakeSystemd {
-	t.Helper()
-	conn, err := godbus.Connect(addr)
-	if err != nil {
-		t.Fatalf("stand-in: connect: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	f := &fakeSystemd{conn: conn, unit: unit, result: result, called: make(chan struct{}, 8)}
-	if err := conn.Export(f, sdPath, sdManager); err != nil {
-		t.Fatal(err)
-	}
-	started := uint64(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMicro())
-	f.props, err = prop.Export(conn, f.unitPath(), prop.Map{
-		"org.freedesktop.systemd1.Unit": {
-			"Id":                   {Value: unit},
-			"LoadState":            {Value: "loaded"},
-			"ActiveState":          {Value: active},
-			"SubState":             {Value: map[bool]string{true: "running", false: "dead"}[active == "active"]},
-			"ActiveEnterTimestamp": {Value: started + 1000},
-		},
-		"org.freedesktop.systemd1.Service": {
-			"MainPID":                {Value: uint32(100)},
-			"ExecMainStartTimestamp": {Value: started},
-			"NRestarts":              {Value: uint32(0)},
-		},
-	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply, err := conn.RequestName(sdName, godbus.NameFlagDoNotQueue)
-	if err != nil || reply != godbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("stand-in: request %s: %v %v", sdName, reply, err)
-	}
-	return f
-}
-
-func (f *fakeSystemd) unitPath() godbus.ObjectPath {
-	return godbus.ObjectPath("/org/freedesktop/systemd1/unit/" + sddbus.PathBusEscape(f.unit))
-}
-
-// RestartUnit queues a job and, when a result is set, announces its end
-// with JobRemoved as systemd does; a successful restart starts a new main
-// process.
-func (f *fakeSystemd) RestartUnit(name, mode string) (godbus.ObjectPath, *godbus.Error) {
-	if name != f.unit {
-		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not found."})
-	}
-	f.mu.Lock()
-	f.restarts = append(f.restarts, mode)
-	f.mu.Unlock()
-	return f.queue(name, "restart")
-}
-
-// StopUnit stops the unit: when the job is done it is inactive, with no
-// main process.
-func (f *fakeSystemd) StopUnit(name, mode string) (godbus.ObjectPath, *godbus.Error) {
-	if name != f.unit {
-		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not loaded."})
-	}
-	return f.queue(name, "stop")
-}
-
-// StartUnit starts the unit: when the job is done it is active with a
-// new main process.
-func (f *fakeSystemd) StartUnit(name, mode string) (godbus.ObjectPath, *godbus.Error) {
-	if name != f.unit {
-		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not found."})
-	}
-	return f.queue(name, "start")
-}
-
-// queue records a job and, when a result is set, announces its end with
-// JobRemoved as systemd does, after changing the unit's state as the job
-// would.
-func (f *fakeSystemd) queue(name, kind string) (godbus.ObjectPath, *godbus.Error) {
-	f.mu.Lock()
-	f.jobs = append(f.jobs, kind)
-	id := uint32(len(f.jobs))
-	result := f.result
-	f.mu.Unlock()
-	job := godbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id))
-	if result == "done" {
-		switch kind {
-		case "stop":
-			f.props.SetMust("org.freedesktop.systemd1.Unit", "ActiveState", "inactive")
-			f.props.SetMust("org.freedesktop.systemd1.Unit", "SubState", "dead")
-			f.props.SetMust("org.freedesktop.systemd1.Service", "MainPID", uint32(0))
-		default:
-			f.props.SetMust("org.freedesktop.systemd1.Unit", "ActiveState", "active")
-			f.props.SetMust("org.freedesktop.systemd1.Unit", "SubState", "running")
-			f.props.SetMust("org.freedesktop.systemd1.Service", "MainPID", uint32(200))
-			f.props.SetMust("org.freedesktop.systemd1.Service", "ExecMainStartTimestamp", uint64(time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC).UnixMicro()))
-		}
-	}
-	f.called <- struct{}{}
-	if result != "" {
-		go f.conn.Emit(sdPath, sdManager+".JobRemoved", id, job, name, result)
-	}
-	return job, nil
-}
-
-func (f *fakeSystemd) jobKinds() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.jobs...)
-}
-
-// GetUnit and LoadUnit return the unit's object path, as systemd does.
-func (f *fakeSystemd) GetUnit(name string) (godbus.ObjectPath, *godbus.Error) {
-	if name != f.unit {
-		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not loaded."})
-	}
-	return f.unitPath(), nil
-}
-
-func (f *fakeSystemd) LoadUnit(name string) (godbus.ObjectPath, *godbus.Error) {
-	return f.GetUnit(name)
-}
-
-func (f *fakeSystemd) modes() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.restarts...)
-}
-
-// newTestSystemd returns a client of addr that checks its connection
-// every 20ms while waiting for a job.
-func newTestSystemd(t *testing.T, addr string) *Systemd {
-	s := NewSystemdAt(addr)
-	s.poll = 20 * time.Millisecond
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func TestRestartDone(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	f := exportSystemd(t, b.addr, DefaultUnit, "active", "done")
-	s := newTestSystemd(t, b.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	before, err := s.UnitState(ctx, DefaultUnit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := UnitState{Unit: DefaultUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 100,
-		MainStart:   time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		ActiveEnter: time.Date(2026, 1, 2, 3, 4, 5, 1000000, time.UTC)}
-	if !before.MainStart.Equal(want.MainStart) || !before.ActiveEnter.Equal(want.ActiveEnter) {
-		t.Errorf("times %v %v, want %v %v", before.MainStart, before.ActiveEnter, want.MainStart, want.ActiveEnter)
-	}
-	before.MainStart, before.ActiveEnter, want.MainStart, want.ActiveEnter = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	if before != want {
-		t.Errorf("state %+v, want %+v", before, want)
-	}
-
-	res, err := s.Restart(ctx, DefaultUnit)
-	if err != nil || res != JobDone {
-		t.Fatalf("Restart = %q, %v; want done", res, err)
-	}
-	if m := f.modes(); len(m) != 1 || m[0] != "replace" {
-		t.Errorf("RestartUnit modes %q, want one \"replace\"", m)
-	}
-	after, err := s.UnitState(ctx, DefaultUnit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.MainPID != 200 || !after.Started().After(before.Started()) {
-		t.Errorf("after the restart: pid %d started %v; want pid 200, later than %v", after.MainPID, after.Started(), before.Started())
-	}
-}
-
-func TestRestartFailed(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	exportSystemd(t, b.addr, DefaultUnit, "active", "failed")
-	s := newTestSystemd(t, b.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := s.Restart(ctx, DefaultUnit)
-	if err != nil || res != JobFailed {
-		t.Fatalf("Restart = %q, %v; want failed", res, err)
-	}
-}
-
-func TestRestartRefusedWhenInactive(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	for _, state := range []string{"failed", "inactive", "activating"} {
-		t.Run(state, func(t *testing.T) {
-			f := exportSystemd(t, b.addr, "kubelet-"+state+".service", state, "done")
-			s := newTestSystemd(t, b.addr)
-			res, err := s.Restart(context.Background(), f.unit)
-			if !errors.Is(err, ErrUnitNotActive) || res != "" {
-				t.Fatalf("Restart = %q, %v; want ErrUnitNotActive", res, err)
-			}
-			if m := f.modes(); len(m) != 0 {
-				t.Errorf("RestartUnit called %d times", len(m))
-			}
-			f.conn.Close() // release systemd's name for the next case
-		})
-	}
-}
-
-func TestRestartUnknownUnit(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	exportSystemd(t, b.addr, DefaultUnit, "active", "done")
-	s := newTestSystemd(t, b.addr)
-	if _, err := s.UnitState(context.Background(), "nope.service"); err == nil || !strings.Contains(err.Error(), "nope.service") {
-		t.Fatalf("UnitState of an unknown unit: %v", err)
-	}
-}
-
-func TestRestartBusGone(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "bus")
-	b := startBus(t, sock)
-	f := exportSystemd(t, b.addr, DefaultUnit, "active", "") // the job never ends
-	s := newTestSystemd(t, b.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	// The bus goes away while the client waits for the job's result: the
-	// stand-in has replied with the job's path by then (a reply takes
-	// microseconds), and sends no JobRemoved.
-	go func() {
-		<-f.called
-		time.Sleep(200 * time.Millisecond)
-		b.stop()
-	}()
-	start := time.Now()
-	res, err := s.Restart(ctx, DefaultUnit)
-	if !errors.Is(err, ErrBusGone) || res != "" {
-		t.Fatalf("Restart = %q, %v; want ErrBusGone", res, err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Restart noticed the lost bus after %v", d)
-	}
-	// No bus at all: an error, not a hang.
-	if _, err := s.UnitState(ctx, DefaultUnit); err == nil {
-		t.Fatal("UnitState without a bus succeeded")
-	}
-	// The bus is back (systemd re-registers): the client dials again.
-	b2 := startBus(t, sock)
-	exportSystemd(t, b2.addr, DefaultUnit, "active", "done")
-	if st, err := s.UnitState(ctx, DefaultUnit); err != nil || st.MainPID != 100 {
-		t.Fatalf("UnitState after the bus came back: %+v, %v", st, err)
-	}
-}
-
-func TestRestartContextEnds(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	exportSystemd(t, b.addr, DefaultUnit, "active", "")
-	s := newTestSystemd(t, b.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := s.Restart(ctx, DefaultUnit); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Restart with a job that never ends: %v, want DeadlineExceeded", err)
-	}
-}
-
-// TestStopStart: Stop and Start queue their jobs over the bus and return
-// the jobs' results; the unit's state follows.
-func TestStopStart(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	f := exportSystemd(t, b.addr, DefaultUnit, "active", "done")
-	s := newTestSystemd(t, b.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if res, err := s.Stop(ctx, DefaultUnit); err != nil || res != JobDone {
-		t.Fatalf("Stop = %q, %v; want done", res, err)
-	}
-	if st, err := s.UnitState(ctx, DefaultUnit); err != nil || st.Active() || st.MainPID != 0 {
-		t.Fatalf("after Stop: %+v, %v", st, err)
-	}
-	// A stopped unit is not stopped again.
-	if _, err := s.Stop(ctx, DefaultUnit); !errors.Is(err, ErrUnitNotActive) {
-		t.Fatalf("Stop of a stopped unit: %v, want ErrUnitNotActive", err)
-	}
-	if res, err := s.Start(ctx, DefaultUnit); err != nil || res != JobDone {
-		t.Fatalf("Start = %q, %v; want done", res, err)
-	}
-	if st, err := s.UnitState(ctx, DefaultUnit); err != nil || !st.Active() || st.MainPID != 200 {
-		t.Fatalf("after Start: %+v, %v", st, err)
-	}
-	if got := f.jobKinds(); !slices.Equal(got, []string{"stop", "start"}) {
-		t.Errorf("jobs %v, want stop, start", got)
-	}
-}
-
-func TestStartFailed(t *testing.T) {
-	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
-	exportSystemd(t, b.addr, DefaultUnit, "failed", "failed")
-	s := newTestSystemd(t, b.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if res, err := s.Start(ctx, DefaultUnit); err != nil || res != JobFailed {
-		t.Fatalf("Start = %q, %v; want failed", res, err)
-	}
+	return path
 }
 
 // recordingUnits is a UnitControl that records the calls and, at each,
@@ -395,66 +34,69 @@ func TestStartFailed(t *testing.T) {
 type recordingUnits struct {
 	checkpoint string
 	active     bool
-	result     JobResult
+	result     systemd.JobResult
 	calls      []string
 	seen       [][]byte
 }
 
-func (u *recordingUnits) UnitState(context.Context, string) (UnitState, error) {
-	if u.active {
-		return UnitState{ActiveState: "active"}, nil
-	}
-	return UnitState{ActiveState: "inactive"}, nil
-}
-
-func (u *recordingUnits) job(kind string) (JobResult, error) {
+func (u *recordingUnits) job(kind string) (systemd.JobResult, error) {
 	u.calls = append(u.calls, kind)
 	b, _ := os.ReadFile(u.checkpoint)
 	u.seen = append(u.seen, b)
 	if kind == "stop" && !u.active {
-		return "", ErrUnitNotActive
+		return "", systemd.ErrUnitNotActive
 	}
 	u.active = kind != "stop"
 	return u.result, nil
 }
 
-func (u *recordingUnits) Restart(context.Context, string) (JobResult, error) { return u.job("restart") }
-func (u *recordingUnits) Stop(context.Context, string) (JobResult, error)    { return u.job("stop") }
-func (u *recordingUnits) Start(context.Context, string) (JobResult, error)   { return u.job("start") }
+func (u *recordingUnits) Restart(context.Context, string) (systemd.JobResult, error) {
+	return u.job("restart")
+}
+func (u *recordingUnits) Stop(context.Context, string) (systemd.JobResult, error) {
+	return u.job("stop")
+}
+func (u *recordingUnits) Start(context.Context, string) (systemd.JobResult, error) {
+	return u.job("start")
+}
 
 // TestRestarterOrder: with a checkpoint to rewrite, the kubelet is stopped,
 // the checkpoint rewritten (the old one kept beside it), then started; with
 // nothing to rewrite, one restart job; with a checkpoint no kubelet would
 // accept, no job at all.
 func TestRestarterOrder(t *testing.T) {
-	snap := func(online topology.CPUSet) *topology.Snapshot {
-		return &topology.Snapshot{CPUs: topology.CPUs{Online: online}}
+	snap := func(online string) *topology.Snapshot {
+		cpus, err := topology.ParseCPUSet(online)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &topology.Snapshot{CPUs: topology.CPUs{Online: cpus}}
 	}
 	for _, tc := range []struct {
 		name   string
-		online topology.CPUSet
+		online string
 		calls  []string
 		infeas bool
 	}{
-		{name: "CPUs added", online: cpuRange(0, 15), calls: []string{"stop", "start"}},
-		{name: "unchanged", online: cpuRange(0, 12), calls: []string{"restart"}},
-		{name: "reserved CPU gone", online: cpuRange(1, 12), infeas: true},
+		{name: "CPUs added", online: "0-15", calls: []string{"stop", "start"}},
+		{name: "unchanged", online: "0-12", calls: []string{"restart"}},
+		{name: "reserved CPU gone", online: "1-12", infeas: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := copyCheckpoint(t, "v4")
+			path := v4Checkpoint(t)
 			old, _ := os.ReadFile(path)
-			u := &recordingUnits{checkpoint: path, active: true, result: JobDone}
+			u := &recordingUnits{checkpoint: path, active: true, result: systemd.JobDone}
 			r := &Restarter{Systemd: u, CPUManagerCheckpoint: path,
 				MemoryManagerCheckpoint: filepath.Join(t.TempDir(), "absent"), ReservedCPUs: topology.CPUSet{0}}
 			checkErr := r.Check(snap(tc.online))
 			res, err := r.Restart(context.Background(), snap(tc.online))
 			if tc.infeas {
-				if !errors.Is(checkErr, ErrCheckpointInfeasible) || !errors.Is(err, ErrCheckpointInfeasible) || len(u.calls) != 0 {
-					t.Fatalf("Check %v, Restart %q %v, calls %v; want ErrCheckpointInfeasible and no job", checkErr, res, err, u.calls)
+				if !errors.Is(checkErr, checkpoint.ErrInfeasible) || !errors.Is(err, checkpoint.ErrInfeasible) || len(u.calls) != 0 {
+					t.Fatalf("Check %v, Restart %q %v, calls %v; want checkpoint.ErrInfeasible and no job", checkErr, res, err, u.calls)
 				}
 				return
 			}
-			if checkErr != nil || err != nil || res != JobDone || !slices.Equal(u.calls, tc.calls) {
+			if checkErr != nil || err != nil || res != systemd.JobDone || !slices.Equal(u.calls, tc.calls) {
 				t.Fatalf("Check %v, Restart %q %v, calls %v; want %v", checkErr, res, err, u.calls, tc.calls)
 			}
 			now, _ := os.ReadFile(path)
@@ -462,7 +104,7 @@ func TestRestarterOrder(t *testing.T) {
 				if !bytes.Equal(u.seen[0], old) || bytes.Equal(u.seen[1], old) || !bytes.Equal(u.seen[1], now) {
 					t.Fatal("the checkpoint was not rewritten between the stop and the start")
 				}
-				if bak, _ := os.ReadFile(path + BackupSuffix); !bytes.Equal(bak, old) {
+				if bak, _ := os.ReadFile(path + checkpoint.BackupSuffix); !bytes.Equal(bak, old) {
 					t.Fatal("the previous checkpoint was not kept beside it")
 				}
 			} else if !bytes.Equal(now, old) {

@@ -13,6 +13,7 @@ import (
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 )
@@ -28,9 +29,9 @@ const (
 // pod-resources API.
 const DefaultWatchPoll = 5 * time.Second
 
-// UnitStater reads a unit's state; *Systemd satisfies it.
+// UnitStater reads a unit's state; *systemd.Client satisfies it.
 type UnitStater interface {
-	UnitState(ctx context.Context, unit string) (UnitState, error)
+	UnitState(ctx context.Context, unit string) (systemd.UnitState, error)
 }
 
 // Sink takes each new view of the kubelet. OnKubelet must return quickly
@@ -94,7 +95,7 @@ type Watcher struct {
 
 	mu sync.Mutex // guards everything below
 	// Inputs.
-	unit      *UnitState // nil until systemd answered
+	unit      *systemd.UnitState // nil until systemd answered
 	unitErr   string
 	node      *types.NodeView
 	alloc     *Allocatable
@@ -190,7 +191,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // poll asks systemd and the pod-resources API, each within a few seconds.
 func (w *Watcher) poll(ctx context.Context) {
-	var unit *UnitState
+	var unit *systemd.UnitState
 	var unitErr string
 	if w.opts.Systemd != nil {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -12,16 +12,17 @@ import (
 
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/types"
 )
 
 type fakeUnits struct {
 	mu  sync.Mutex
-	st  UnitState
+	st  systemd.UnitState
 	err error
 }
 
-func (f *fakeUnits) UnitState(context.Context, string) (UnitState, error) {
+func (f *fakeUnits) UnitState(context.Context, string) (systemd.UnitState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st, f.err
@@ -30,7 +31,7 @@ func (f *fakeUnits) UnitState(context.Context, string) (UnitState, error) {
 func (f *fakeUnits) set(pid uint32, started time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.st = UnitState{Unit: DefaultUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: pid, MainStart: started}
+	f.st = systemd.UnitState{Unit: DefaultUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: pid, MainStart: started}
 }
 
 type sink struct{ views []types.KubeletView }

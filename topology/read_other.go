@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/node-resized/node-resized/internal/capped"
 )
 
 // The daemon runs on Linux; this portable fallback only keeps the package
@@ -29,18 +31,9 @@ func openDir(path string) (dir, error) {
 func (d dir) close() {}
 
 func (r *reader) readIn(d dir, rel []byte) ([]byte, error) {
-	path := d.join(rel)
-	f, err := os.Open(path)
+	b, err := capped.ReadFile(d.join(rel), maxFileSize)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
+		return nil, err
 	}
 	r.buf = b
 	return b, nil

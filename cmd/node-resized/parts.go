@@ -20,8 +20,10 @@ import (
 	"github.com/node-resized/node-resized/kube/evict"
 	"github.com/node-resized/node-resized/kube/nrt"
 	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 	"github.com/node-resized/node-resized/uevent"
@@ -38,7 +40,7 @@ type parts struct {
 	nrt      *nrt.Publisher
 	evictor  *evict.Evictor
 	watcher  *kubelet.Watcher
-	systemd  *kubelet.Systemd
+	systemd  *systemd.Client
 	api      *api.Server
 	info     api.Info
 	socket   net.Listener
@@ -85,7 +87,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	}
 	var restarter agent.KubeletRestarter
 	if p.relay != nil {
-		p.systemd = kubelet.NewSystemd()
+		p.systemd = systemd.NewClient()
 		if restarter, err = newRestarter(o, kcfg, p.systemd); err != nil {
 			return nil, err
 		}
@@ -156,7 +158,7 @@ func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, l
 func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *slog.Logger, m *metrics.Metrics) *evict.Evictor {
 	eo := evict.Options{
 		NodeName:      o.nodeName,
-		ExclusiveCPUs: kubelet.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
+		ExclusiveCPUs: checkpoint.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state")),
 		Event:         relay.Event,
 		Logger:        log,
 		Metrics:       m,
@@ -169,7 +171,7 @@ func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *s
 
 // newRestarter builds the kubelet's restarter: its unit over D-Bus, its
 // checkpoints under the kubelet's root directory.
-func newRestarter(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd) (agent.KubeletRestarter, error) {
+func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client) (agent.KubeletRestarter, error) {
 	r, err := kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's restart: %w", err)
@@ -187,7 +189,7 @@ func (r restarter) Restart(ctx context.Context, snap *topology.Snapshot) (string
 
 // newWatcher builds the part that follows what the running kubelet
 // believes; it feeds the agent.
-func newWatcher(o *options, kcfg *kubelet.Config, sd *kubelet.Systemd, sink kubelet.Sink, log *slog.Logger) *kubelet.Watcher {
+func newWatcher(o *options, kcfg *kubelet.Config, sd *systemd.Client, sink kubelet.Sink, log *slog.Logger) *kubelet.Watcher {
 	wo := kubelet.WatcherOptions{
 		Unit:         o.kubeletUnit,
 		Systemd:      sd,

@@ -44,7 +44,7 @@ import (
 	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 
-	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -242,8 +242,8 @@ func TestCPUManagerCheckpointRewrite(t *testing.T) {
 				t.Fatal("the kubelet accepts the old checkpoint on the new machine: the case shows nothing")
 			}
 
-			plan, err := kubelet.PlanCPUManagerCheckpoint(filepath.Join(dir, cpuCheckpoint),
-				kubelet.CPUTarget{Online: c.new.online(), Reserved: topology.CPUSet(c.reserved), StrictReservation: c.strict})
+			plan, err := checkpoint.PlanCPUManager(filepath.Join(dir, cpuCheckpoint),
+				checkpoint.CPUTarget{Online: c.new.online(), Reserved: topology.CPUSet(c.reserved), StrictReservation: c.strict})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +296,7 @@ func checkCPUWritten(t *testing.T, dir string, c cpuCase) {
 	if err := cm.GetCheckpoint(cpuCheckpoint, v2); err != nil {
 		t.Errorf("the v2 fields: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, cpuCheckpoint+kubelet.BackupSuffix)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, cpuCheckpoint+checkpoint.BackupSuffix)); err != nil {
 		t.Errorf("no backup: %v", err)
 	}
 }
@@ -310,13 +310,13 @@ func TestCPUManagerCheckpointInfeasible(t *testing.T) {
 	writeCPUCheckpoint(t, dir, c)
 	path := filepath.Join(dir, cpuCheckpoint)
 	before, _ := os.ReadFile(path)
-	for _, target := range []kubelet.CPUTarget{
+	for _, target := range []checkpoint.CPUTarget{
 		{Online: topology.CPUSet{0, 1, 2}, Reserved: topology.CPUSet{0, 3}},
 		{Online: topology.CPUSet{0, 1, 2, 3}, Reserved: topology.CPUSet{0, 3}, StrictReservation: true},
 	} {
-		p, err := kubelet.PlanCPUManagerCheckpoint(path, target)
-		if !errors.Is(err, kubelet.ErrCheckpointInfeasible) {
-			t.Errorf("%+v: plan %+v, err %v; want ErrCheckpointInfeasible", target, p, err)
+		p, err := checkpoint.PlanCPUManager(path, target)
+		if !errors.Is(err, checkpoint.ErrInfeasible) {
+			t.Errorf("%+v: plan %+v, err %v; want ErrInfeasible", target, p, err)
 		}
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
@@ -451,10 +451,10 @@ func TestMemoryManagerCheckpointRewrite(t *testing.T) {
 					reserved[id][string(name)] = v
 				}
 			}
-			plan, err := kubelet.PlanMemoryManagerCheckpoint(path, c.new.model(), reserved)
+			plan, err := checkpoint.PlanMemoryManager(path, c.new.model(), reserved)
 			if c.infeasible {
-				if !errors.Is(err, kubelet.ErrCheckpointInfeasible) {
-					t.Fatalf("plan: %v, want ErrCheckpointInfeasible", err)
+				if !errors.Is(err, checkpoint.ErrInfeasible) {
+					t.Fatalf("plan: %v, want ErrInfeasible", err)
 				}
 				if after, _ := os.ReadFile(path); string(after) != string(before) {
 					t.Error("the checkpoint changed")
@@ -499,7 +499,7 @@ func checkMemWritten(t *testing.T, dir string, c memCase) {
 	if err := cm.GetCheckpoint(memCheckpoint, v1cp); err != nil || v1cp.Checksum == 0 {
 		t.Errorf("the v1 fields: %v (checksum %d)", err, v1cp.Checksum)
 	}
-	if _, err := os.Stat(filepath.Join(dir, memCheckpoint+kubelet.BackupSuffix)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, memCheckpoint+checkpoint.BackupSuffix)); err != nil {
 		t.Errorf("no backup: %v", err)
 	}
 }
@@ -524,10 +524,10 @@ func TestMemoryManagerCheckpointLayouts(t *testing.T) {
 		cp     checkpointmanager.Checkpoint
 		format string
 	}{
-		{"v1", &memstate.MemoryManagerCheckpointV1{PolicyName: "Static", MachineState: ms, Entries: entries}, kubelet.MemoryCheckpointV1},
-		{"v1-empty", &memstate.MemoryManagerCheckpointV1{PolicyName: "None", MachineState: memstate.NUMANodeMap{}, Entries: memstate.ContainerMemoryAssignments{}}, kubelet.MemoryCheckpointV1},
-		{"v2", &memstate.MemoryManagerCheckpointV2{PolicyName: "Static", MachineState: ms, Entries: entries, PodEntries: pods}, kubelet.MemoryCheckpointV2},
-		{"v3", &memstate.MemoryManagerCheckpointV3{CheckpointData: memstate.MemoryManagerCheckpointData{PolicyName: "Static", MachineState: ms, Entries: entries, PodEntries: pods}}, kubelet.MemoryCheckpointV3},
+		{"v1", &memstate.MemoryManagerCheckpointV1{PolicyName: "Static", MachineState: ms, Entries: entries}, checkpoint.MemoryManagerV1},
+		{"v1-empty", &memstate.MemoryManagerCheckpointV1{PolicyName: "None", MachineState: memstate.NUMANodeMap{}, Entries: memstate.ContainerMemoryAssignments{}}, checkpoint.MemoryManagerV1},
+		{"v2", &memstate.MemoryManagerCheckpointV2{PolicyName: "Static", MachineState: ms, Entries: entries, PodEntries: pods}, checkpoint.MemoryManagerV2},
+		{"v3", &memstate.MemoryManagerCheckpointV3{CheckpointData: memstate.MemoryManagerCheckpointData{PolicyName: "Static", MachineState: ms, Entries: entries, PodEntries: pods}}, checkpoint.MemoryManagerV3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -539,7 +539,7 @@ func TestMemoryManagerCheckpointLayouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := filepath.Join(dir, memCheckpoint)
-			st, err := kubelet.ReadMemoryManagerCheckpoint(path)
+			st, err := checkpoint.ReadMemoryManager(path)
 			if err != nil || st.Format != tc.format {
 				t.Fatalf("read: %+v, %v; want format %s", st, err, tc.format)
 			}
@@ -558,8 +558,8 @@ func TestMemoryManagerCheckpointLayouts(t *testing.T) {
 			}
 			os.WriteFile(path, bad, 0o644)
 			_, kerr := memstate.NewCheckpointState(logr.Discard(), dir, memCheckpoint, st.PolicyName)
-			_, err = kubelet.ReadMemoryManagerCheckpoint(path)
-			if (kerr == nil) != (err == nil) || (err != nil && !errors.Is(err, kubelet.ErrCorruptMemoryCheckpoint)) {
+			_, err = checkpoint.ReadMemoryManager(path)
+			if (kerr == nil) != (err == nil) || (err != nil && !errors.Is(err, checkpoint.ErrCorrupt)) {
 				t.Errorf("altered: kubelet %v, ours %v", kerr, err)
 			}
 		})

@@ -1,4 +1,8 @@
-package kubelet
+// Package cpulist reads and writes CPU lists in the kubelet's own format
+// ("0-3,8,10-11": reservedSystemCPUs, the CPU manager's checkpoint) with
+// the code the kubelet itself uses, k8s.io/utils/cpuset, so that a list is
+// accepted or refused as the kubelet accepts or refuses it.
+package cpulist
 
 import (
 	"fmt"
@@ -12,12 +16,11 @@ import (
 // "0-4000000000" is an error rather than a giant allocation.
 const maxCPUID = 1 << 16
 
-// parseCPUList parses a CPU list in the kubelet's own format
-// ("0-3,8,10-11") with the function the kubelet itself calls,
+// Parse parses a CPU list with the function the kubelet calls,
 // cpuset.Parse, and returns the distinct ids in increasing order (nil for
-// an empty list). Ids above 65536 are refused before anything is
-// allocated for them.
-func parseCPUList(s string) ([]int, error) {
+// an empty list). Ids above 65536 are refused before anything is allocated
+// for them.
+func Parse(s string) ([]int, error) {
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '-' }) {
 		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > maxCPUID {
 			return nil, fmt.Errorf("cpu id %d out of range", n)
@@ -32,3 +35,7 @@ func parseCPUList(s string) ([]int, error) {
 	}
 	return set.List(), nil
 }
+
+// Format formats ids as the kubelet does (cpuset.CPUSet.String): ranges
+// of consecutive ids, "" for none.
+func Format(ids []int) string { return cpuset.New(ids...).String() }

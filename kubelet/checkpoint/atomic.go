@@ -1,53 +1,28 @@
-package kubelet
+package checkpoint
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/node-resized/node-resized/internal/capped"
 )
 
-// BackupSuffix names the copy of a checkpoint kept beside it when node-resized
-// rewrites it: cpu_manager_state.node-resized.bak.
-const BackupSuffix = ".node-resized.bak"
-
-// ErrCheckpointChanged is wrapped by the error a plan's Apply returns when
-// the file is no longer the one the plan was made from (the kubelet wrote
-// it meanwhile): plan again.
-var ErrCheckpointChanged = errors.New("checkpoint changed since it was read")
-
-// readCheckpointFile reads a checkpoint, capped at maxCheckpointSize.
-func readCheckpointFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxCheckpointSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxCheckpointSize)
-	}
-	return b, nil
-}
-
-// replaceCheckpoint replaces the checkpoint at path, whose contents must
-// still be old, with data: old is first kept at path+BackupSuffix, then
-// data written to a temporary file in the same directory, synced, and
-// renamed over path, and the directory synced. A reader sees the old file
-// or the new one, never a mix.
-func replaceCheckpoint(path string, old, data []byte) error {
-	cur, err := readCheckpointFile(path)
+// replace replaces the checkpoint at path, whose contents must still be
+// old, with data: old is first kept at path+BackupSuffix, then data written
+// to a temporary file in the same directory, synced, and renamed over
+// path, and the directory synced. A reader sees the old file or the new
+// one, never a mix.
+func replace(path string, old, data []byte) error {
+	cur, err := capped.ReadFile(path, maxSize)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	if !bytes.Equal(cur, old) {
-		return fmt.Errorf("replace %s: %w", path, ErrCheckpointChanged)
+		return fmt.Errorf("replace %s: %w", path, ErrChanged)
 	}
 	mode := fs.FileMode(0o644)
 	if fi, err := os.Stat(path); err == nil {

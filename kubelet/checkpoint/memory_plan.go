@@ -1,7 +1,6 @@
-package kubelet
+package checkpoint
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -12,43 +11,19 @@ import (
 )
 
 // MemoryManagerPlan is a rewrite of the memory manager's checkpoint for a
-// new NUMA topology, made by PlanMemoryManagerCheckpoint and written by
-// Apply. It is not safe for concurrent use.
-type MemoryManagerPlan struct {
-	Path string
-	// Old is the checkpoint as read, New as it will be written.
-	Old, New MemoryManagerState
-	// Dropped are the pods whose memory lies on a NUMA node the machine no
-	// longer has: their assignments are left out of New. They must have
-	// been evicted.
-	Dropped []string
-	// Changed reports whether New differs from Old; Apply writes nothing
-	// otherwise.
-	Changed bool
+// new NUMA topology; its Dropped are the pods whose memory lies on a NUMA
+// node the machine no longer has.
+type MemoryManagerPlan = Plan[MemoryManagerState]
 
-	old, data []byte
-}
-
-// Apply writes the planned checkpoint when it changed: atomically, with
-// the previous file kept at Path+BackupSuffix. It fails, wrapping
-// ErrCheckpointChanged, when the file is no longer the one planned from.
-func (p *MemoryManagerPlan) Apply() error {
-	if !p.Changed {
-		return nil
-	}
-	return replaceCheckpoint(p.Path, p.old, p.data)
-}
-
-// Bytes returns the checkpoint Apply writes (nil when unchanged).
-func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
-
-// PlanMemoryManagerCheckpoint reads the memory manager's checkpoint at
-// path ("" means DefaultMemoryManagerCheckpoint), verifies it as the
-// kubelet does (a corrupt one is an error, never rewritten), and plans the
-// checkpoint the kubelet's Static policy accepts on the NUMA nodes given
-// (its validateState): the machine state the kubelet computes for them
-// (each node's MemTotal and huge pages, less reserved), with every
-// assignment on nodes that still exist accounted on it again.
+// PlanMemoryManager reads the memory manager's checkpoint at path (""
+// means DefaultMemoryManagerPath), verifies it as the kubelet does (a
+// corrupt one is an error, never rewritten), and plans the checkpoint the
+// kubelet's Static policy accepts on the NUMA nodes given (its
+// validateState): the machine state the kubelet computes for them (each
+// node's MemTotal and huge pages, less reserved), with every assignment on
+// nodes that still exist accounted on it again. The plan is written in
+// v1.37's layout (v3, with the v1 fields and checksum older kubelets
+// read).
 //
 // reserved is the kubelet's reservedMemory: NUMA node → resource name
 // ("memory", "hugepages-2Mi") → bytes; nil takes the reservations the
@@ -56,64 +31,28 @@ func (p *MemoryManagerPlan) Bytes() []byte { return p.data }
 //
 // When an assignment no longer fits its nodes, or a node has less memory
 // than is reserved on it, no plan is possible: the error wraps
-// ErrCheckpointInfeasible and says what an operator must do. The None
-// policy's checkpoint, and a Static one not yet initialised, need no
-// rewrite. A missing checkpoint gives an error wrapping fs.ErrNotExist.
-func PlanMemoryManagerCheckpoint(path string, nodes []topology.Node, reserved map[int]map[string]uint64) (*MemoryManagerPlan, error) {
-	if path == "" {
-		path = DefaultMemoryManagerCheckpoint
-	}
-	b, err := readCheckpointFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint: %w", err)
-	}
-	st, err := ParseMemoryManagerCheckpoint(b)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
-	}
-	p := &MemoryManagerPlan{Path: path, Old: st, New: st, old: b}
-	if st.PolicyName != "Static" || len(st.MachineState) == 0 {
-		return p, nil
-	}
-	if reserved == nil {
-		reserved = reservedFromState(st.MachineState)
-	}
-	ms, err := defaultMachineState(nodes, reserved)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
-	}
-	if p.New, p.Dropped, err = replayMemory(st, ms); err != nil {
-		return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
-	}
-	p.Changed = len(p.Dropped) > 0 || !reflect.DeepEqual(st.MachineState, p.New.MachineState)
-	if p.Changed {
-		if p.data, err = marshalMemoryV3(p.New); err != nil {
-			return nil, fmt.Errorf("memory manager checkpoint %s: %w", path, err)
+// ErrInfeasible and says what an operator must do. The None policy's
+// checkpoint, and a Static one not yet initialised, need no rewrite. A
+// missing checkpoint gives an error wrapping fs.ErrNotExist.
+func PlanMemoryManager(path string, nodes []topology.Node, reserved map[int]map[string]uint64) (*MemoryManagerPlan, error) {
+	return memoryManager.plan(path, func(_ []byte, st MemoryManagerState) (MemoryManagerState, []string, []byte, error) {
+		if st.PolicyName != "Static" || len(st.MachineState) == 0 {
+			return st, nil, nil, nil
 		}
-	}
-	return p, nil
-}
-
-// ReservedMemory returns the configuration's reservedMemory as
-// PlanMemoryManagerCheckpoint takes it.
-func (c *Config) ReservedMemory() (map[int]map[string]uint64, error) {
-	out := map[int]map[string]uint64{}
-	if c.Raw == nil {
-		return out, nil
-	}
-	for _, r := range c.Raw.ReservedMemory {
-		for name, q := range r.Limits {
-			v, ok := q.AsInt64()
-			if !ok || v < 0 {
-				return nil, fmt.Errorf("reservedMemory of NUMA node %d: %s %s is not a byte count", r.NumaNode, name, q.String())
-			}
-			if out[int(r.NumaNode)] == nil {
-				out[int(r.NumaNode)] = map[string]uint64{}
-			}
-			out[int(r.NumaNode)][string(name)] += uint64(v)
+		if reserved == nil {
+			reserved = reservedFromState(st.MachineState)
 		}
-	}
-	return out, nil
+		ms, err := defaultMachineState(nodes, reserved)
+		if err != nil {
+			return st, nil, nil, err
+		}
+		next, dropped, err := replayMemory(st, ms)
+		if err != nil || (len(dropped) == 0 && reflect.DeepEqual(st.MachineState, next.MachineState)) {
+			return next, dropped, nil, err
+		}
+		data, err := marshalMemoryV3(next)
+		return next, dropped, data, err
+	})
 }
 
 // reservedFromState recovers the reservations from a machine state.
@@ -147,7 +86,7 @@ func defaultMachineState(nodes []topology.Node, reserved map[int]map[string]uint
 		if _, ok := ms[id]; !ok && len(reserved[id]) > 0 {
 			return nil, fmt.Errorf("%w: reservedMemory names NUMA node %d, which the machine no longer has; "+
 				"remove it from the kubelet's reservedMemory (moving its reservation to a node that exists) before the kubelet restarts",
-				ErrCheckpointInfeasible, id)
+				ErrInfeasible, id)
 		}
 	}
 	for _, n := range nodes {
@@ -179,7 +118,7 @@ func memoryTable(node int, name string, total, taken uint64) (*MemoryTable, erro
 	if taken > total {
 		return nil, fmt.Errorf("%w: NUMA node %d has %d bytes of %s, less than the %d reserved on it (reservedMemory, and huge pages for memory); "+
 			"lower the node's reservedMemory in the kubelet's configuration (with kubeReserved, systemReserved and evictionHard to match) "+
-			"or give the node its memory back before the kubelet restarts", ErrCheckpointInfeasible, node, total, name, taken)
+			"or give the node its memory back before the kubelet restarts", ErrInfeasible, node, total, name, taken)
 	}
 	return &MemoryTable{TotalMemSize: total, SystemReserved: taken, Allocatable: total - taken, Free: total - taken}, nil
 }
@@ -187,7 +126,7 @@ func memoryTable(node int, name string, total, taken uint64) (*MemoryTable, erro
 // replayMemory accounts every assignment on the new machine state as the
 // kubelet's validateState does, dropping those on NUMA nodes that are gone.
 func replayMemory(st MemoryManagerState, ms map[int]*NUMANodeState) (MemoryManagerState, []string, error) {
-	out := MemoryManagerState{Format: MemoryCheckpointV3, PolicyName: st.PolicyName, MachineState: ms,
+	out := MemoryManagerState{Format: MemoryManagerV3, PolicyName: st.PolicyName, MachineState: ms,
 		Containers: map[string]map[string][]MemoryBlock{}}
 	if st.Pods != nil {
 		out.Pods = map[string][]MemoryBlock{}
@@ -217,7 +156,7 @@ func replayMemory(st MemoryManagerState, ms map[int]*NUMANodeState) (MemoryManag
 	if len(misfit) > 0 {
 		return MemoryManagerState{}, nil, fmt.Errorf("%w: the memory assigned to pods %v no longer fits its NUMA nodes; "+
 			"evict those pods (their memory is pinned there) or give the nodes their memory back before the kubelet restarts",
-			ErrCheckpointInfeasible, misfit)
+			ErrInfeasible, misfit)
 	}
 	return out, dropped, nil
 }
@@ -269,27 +208,4 @@ func accountPod(ms map[int]*NUMANodeState, st MemoryManagerState, uid string) bo
 		fits = fits && left == 0
 	}
 	return fits
-}
-
-// marshalMemoryV3 writes st as the kubelet's MarshalCheckpoint does for
-// v3: the data with its checksum, and the v1 fields with theirs.
-func marshalMemoryV3(st MemoryManagerState) ([]byte, error) {
-	d := mmData{PolicyName: st.PolicyName, MachineState: st.MachineState, Entries: st.Containers}
-	if d.Entries == nil {
-		d.Entries = map[string]map[string][]MemoryBlock{}
-	}
-	if st.Pods != nil {
-		d.PodEntries = make(map[string]mmPodEntry, len(st.Pods))
-		for uid, blocks := range st.Pods {
-			d.PodEntries[uid] = mmPodEntry{MemoryBlocks: blocks}
-		}
-	}
-	data, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("marshal memory manager checkpoint data: %w", err)
-	}
-	v3 := mmV3{mmV1: mmV1{PolicyName: d.PolicyName, MachineState: d.MachineState, Entries: d.Entries},
-		Data: string(data), DataChecksum: uint64(fnv32a("(string)" + string(data)))}
-	v3.Checksum = v3.mmV1.hash()
-	return json.Marshal(v3)
 }

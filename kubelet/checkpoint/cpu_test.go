@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ const (
 	podC = "0b1e6f7a-1111-4c3d-9e8f-000000000003"
 )
 
-func TestReadCPUManagerCheckpoint(t *testing.T) {
+func TestReadCPUManager(t *testing.T) {
 	static := map[string]map[string]topology.CPUSet{
 		podA: {"app": {1, 2}},
 		podB: {"db": {8, 9}, "sidecar": {10}},
@@ -39,33 +39,33 @@ func TestReadCPUManagerCheckpoint(t *testing.T) {
 		pods       map[string]topology.CPUSet
 		exclusive  map[string]topology.CPUSet
 	}{
-		{file: "v4", format: CheckpointV4, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+		{file: "v4", format: CPUManagerV4, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
 			pods:      map[string]topology.CPUSet{podC: {11, 12}},
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}}},
-		{file: "none", format: CheckpointV4, policy: "none"},
-		{file: "v3", format: CheckpointV3, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+		{file: "none", format: CPUManagerV4, policy: "none"},
+		{file: "v3", format: CPUManagerV3, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
 			pods:      map[string]topology.CPUSet{podC: {11, 12}},
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}}},
-		{file: "v3-empty", format: CheckpointV3, policy: "static", def: topology.CPUSet{0, 1, 2, 3}},
-		{file: "v3-typename", format: CheckpointV3, policy: "static", def: topology.CPUSet{0, 1},
+		{file: "v3-empty", format: CPUManagerV3, policy: "static", def: topology.CPUSet{0, 1, 2, 3}},
+		{file: "v3-typename", format: CPUManagerV3, policy: "static", def: topology.CPUSet{0, 1},
 			containers: map[string]map[string]topology.CPUSet{"u1": {"c": {2, 3}}},
 			pods:       map[string]topology.CPUSet{"u2": {4, 5, 6}, "u3": nil},
 			exclusive:  map[string]topology.CPUSet{"u1": {2, 3}, "u2": {4, 5, 6}, "u3": nil}},
-		{file: "v2", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+		{file: "v2", format: CPUManagerV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
-		{file: "v2-none", format: CheckpointV2, policy: "none"},
-		{file: "v2-typename", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 1},
+		{file: "v2-none", format: CPUManagerV2, policy: "none"},
+		{file: "v2-typename", format: CPUManagerV2, policy: "static", def: topology.CPUSet{0, 1},
 			containers: map[string]map[string]topology.CPUSet{"u1": {"c": {2, 3}}},
 			exclusive:  map[string]topology.CPUSet{"u1": {2, 3}}},
-		{file: "v2-zero", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+		{file: "v2-zero", format: CPUManagerV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
 		// podEntries a v2 checksum does not cover: the kubelet falls back to
 		// v2 and ignores them.
-		{file: "v2-extra", format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+		{file: "v2-extra", format: CPUManagerV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
-		{file: "v2-badsum", corrupt: true, format: CheckpointV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6}, containers: static,
+		{file: "v2-badsum", corrupt: true, format: CPUManagerV2, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6}, containers: static,
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}}},
-		{file: "v4-badsum", corrupt: true, format: CheckpointV4, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
+		{file: "v4-badsum", corrupt: true, format: CPUManagerV4, policy: "static", def: topology.CPUSet{0, 3, 4, 5, 6, 7}, containers: static,
 			pods:      map[string]topology.CPUSet{podC: {11, 12}},
 			exclusive: map[string]topology.CPUSet{podA: {1, 2}, podB: {8, 9, 10}, podC: {11, 12}}},
 		{file: "v2-badcpuset", corrupt: true},
@@ -73,8 +73,8 @@ func TestReadCPUManagerCheckpoint(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "cpu_manager_state", tc.file)
-			st, err := ReadCPUManagerCheckpoint(path)
-			if tc.corrupt != errors.Is(err, ErrCorruptCheckpoint) {
+			st, err := ReadCPUManager(path)
+			if tc.corrupt != errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err %v, corrupt %v", err, tc.corrupt)
 			}
 			if !tc.corrupt && err != nil {
@@ -89,9 +89,9 @@ func TestReadCPUManagerCheckpoint(t *testing.T) {
 	}
 }
 
-func TestReadCPUManagerCheckpointMissing(t *testing.T) {
-	_, err := ReadCPUManagerCheckpoint(filepath.Join(t.TempDir(), "cpu_manager_state"))
-	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCorruptCheckpoint) {
+func TestReadCPUManagerMissing(t *testing.T) {
+	_, err := ReadCPUManager(filepath.Join(t.TempDir(), "cpu_manager_state"))
+	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrCorrupt) {
 		t.Errorf("err %v, want ErrNotExist", err)
 	}
 	ex, err := ExclusiveCPUsFunc(filepath.Join(t.TempDir(), "cpu_manager_state"))()
@@ -100,18 +100,18 @@ func TestReadCPUManagerCheckpointMissing(t *testing.T) {
 	}
 }
 
-func TestReadCPUManagerCheckpointTooLarge(t *testing.T) {
+func TestReadCPUManagerTooLarge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cpu_manager_state")
-	if err := os.WriteFile(path, make([]byte, maxCheckpointSize+1), 0o644); err != nil {
+	if err := os.WriteFile(path, make([]byte, maxSize+1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadCPUManagerCheckpoint(path); !errors.Is(err, ErrCorruptCheckpoint) {
+	if _, err := ReadCPUManager(path); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("err %v", err)
 	}
 }
 
 func TestCPUManagerStateAllCPUs(t *testing.T) {
-	st, err := ReadCPUManagerCheckpoint(filepath.Join("testdata", "cpu_manager_state", "v4"))
+	st, err := ReadCPUManager(filepath.Join("testdata", "cpu_manager_state", "v4"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,23 +136,10 @@ func TestExclusiveCPUsFunc(t *testing.T) {
 	}
 }
 
-func FuzzParseCPUManagerCheckpoint(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "cpu_manager_state", "*"))
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := ParseCPUManagerCheckpoint(b)
-		if err != nil && !errors.Is(err, ErrCorruptCheckpoint) {
-			t.Errorf("error %v does not wrap ErrCorruptCheckpoint", err)
-		}
-		if err == nil && st.Format == "" {
-			t.Error("no format")
-		}
+func FuzzParseCPUManager(f *testing.F) {
+	fuzzParse(f, "cpu_manager_state", func(b []byte) (string, error) {
+		st, err := ParseCPUManager(b)
 		_ = st.AllCPUs()
+		return st.Format, err
 	})
 }

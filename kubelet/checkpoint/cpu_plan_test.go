@@ -1,4 +1,4 @@
-package kubelet
+package checkpoint
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ func cpuRange(from, to int) topology.CPUSet {
 
 // The v4 testdata file (written by the kubelet) holds CPUs 0-12: pod A 1-2,
 // pod B 8-10, pod C 11-12 (pod level), shared 0,3-7.
-func TestPlanCPUManagerCheckpoint(t *testing.T) {
+func TestPlanCPUManager(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		online  topology.CPUSet
@@ -52,7 +52,7 @@ func TestPlanCPUManagerCheckpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := copyCheckpoint(t, "v4")
 			before, _ := os.ReadFile(path)
-			p, err := PlanCPUManagerCheckpoint(path, CPUTarget{Online: tc.online, Reserved: topology.CPUSet{0}})
+			p, err := PlanCPUManager(path, CPUTarget{Online: tc.online, Reserved: topology.CPUSet{0}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +62,7 @@ func TestPlanCPUManagerCheckpoint(t *testing.T) {
 			if err := p.Apply(); err != nil {
 				t.Fatal(err)
 			}
-			got, err := ReadCPUManagerCheckpoint(path)
+			got, err := ReadCPUManager(path)
 			if err != nil {
 				t.Fatalf("our own reader refuses the result: %v", err)
 			}
@@ -80,24 +80,24 @@ func TestPlanCPUManagerCheckpoint(t *testing.T) {
 	}
 }
 
-func TestPlanCPUManagerCheckpointRefuses(t *testing.T) {
+func TestPlanCPUManagerRefuses(t *testing.T) {
 	path := copyCheckpoint(t, "v4-badsum")
-	if _, err := PlanCPUManagerCheckpoint(path, CPUTarget{Online: cpuRange(0, 15)}); !errors.Is(err, ErrCorruptCheckpoint) {
+	if _, err := PlanCPUManager(path, CPUTarget{Online: cpuRange(0, 15)}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a corrupt checkpoint: %v", err)
 	}
 	path = copyCheckpoint(t, "v4")
 	// Pod A holds CPU 1, which reservedSystemCPUs now names.
-	if _, err := PlanCPUManagerCheckpoint(path, CPUTarget{Online: cpuRange(0, 15), Reserved: topology.CPUSet{0, 1}}); !errors.Is(err, ErrCheckpointInfeasible) {
+	if _, err := PlanCPUManager(path, CPUTarget{Online: cpuRange(0, 15), Reserved: topology.CPUSet{0, 1}}); !errors.Is(err, ErrInfeasible) {
 		t.Errorf("a reserved CPU held by a pod: %v", err)
 	}
 	// The kubelet writes between the plan and its application.
-	p, err := PlanCPUManagerCheckpoint(path, CPUTarget{Online: cpuRange(0, 15)})
+	p, err := PlanCPUManager(path, CPUTarget{Online: cpuRange(0, 15)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	other, _ := os.ReadFile(filepath.Join("testdata", "cpu_manager_state", "v3"))
 	os.WriteFile(path, other, 0o644)
-	if err := p.Apply(); !errors.Is(err, ErrCheckpointChanged) {
+	if err := p.Apply(); !errors.Is(err, ErrChanged) {
 		t.Errorf("Apply over a changed file: %v", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != string(other) {
@@ -105,33 +105,9 @@ func TestPlanCPUManagerCheckpointRefuses(t *testing.T) {
 	}
 }
 
-func TestPlanCPUManagerCheckpointNone(t *testing.T) {
-	p, err := PlanCPUManagerCheckpoint(copyCheckpoint(t, "none"), CPUTarget{Online: cpuRange(0, 3)})
+func TestPlanCPUManagerNone(t *testing.T) {
+	p, err := PlanCPUManager(copyCheckpoint(t, "none"), CPUTarget{Online: cpuRange(0, 3)})
 	if err != nil || p.Changed {
 		t.Fatalf("none policy: %+v, %v", p, err)
-	}
-}
-
-func TestWriteAtomicLeavesNoTemporaryFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "f")
-	if err := writeAtomic(path, []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// A directory in the way: the rename fails and the temporary file goes.
-	if err := writeAtomic(filepath.Join(dir, "d", "g"), []byte("x"), 0o600); err == nil {
-		t.Fatal("write into a missing directory succeeded")
-	}
-	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-	os.WriteFile(filepath.Join(dir, "sub", "keep"), nil, 0o600)
-	if err := writeAtomic(filepath.Join(dir, "sub"), []byte("x"), 0o600); err == nil {
-		t.Fatal("rename over a non-empty directory succeeded")
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 2 {
-		t.Errorf("directory holds %d entries, want f and sub", len(entries))
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("mode %v, %v", fi.Mode(), err)
 	}
 }
