@@ -92,7 +92,7 @@ func ParseCPUManager(b []byte) (CPUManagerState, error) {
 
 // ExclusiveCPUsFunc returns a function that reads the checkpoint at path
 // afresh on every call and returns every pod's exclusive CPUs, as
-// kube.EvictorOptions.ExclusiveCPUs wants them. A missing checkpoint means
+// evict.Options.ExclusiveCPUs (package kube/evict) wants them. A missing checkpoint means
 // no pod has exclusive CPUs; a checksum mismatch does not hide them.
 func ExclusiveCPUsFunc(path string) func() (map[string][]int, error) {
 	return func() (map[string][]int, error) {

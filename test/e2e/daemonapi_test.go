@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// The daemon's local API as its clients see it: the JSON documented in the
-// README, read over its unix socket. The tests read the wire format rather
+// The daemon's local API as its clients see it: the JSON documented in
+// docs/operating.md, read over its unix socket. The tests read the wire format rather
 // than the daemon's Go types, so that they check what the daemon shows and
 // do not depend on how its packages are laid out.
 
