@@ -11,11 +11,11 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/node-resized/node-resized/resources"
-
+	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 )
@@ -27,10 +27,12 @@ type Relay interface {
 	Event(eventType types.EventType, reason, message string)
 }
 
-// Enforcer applies kubepods cgroup limits. It is called on the agent's
-// goroutine and should return quickly.
+// Enforcer writes the kubepods cgroup limits (*cgroup.Enforcer is one).
+// It is called on the agent's goroutine and should return quickly.
 type Enforcer interface {
-	Apply(ctx context.Context, a decide.Action, snap *topology.Snapshot) error
+	// Apply writes r's limits, with the online CPUs for a cpuset that
+	// carries a list of its own.
+	Apply(ctx context.Context, r cgroup.Request, online topology.CPUSet) error
 }
 
 // LimitsReader is an Enforcer that can also read the kubepods limits as
@@ -456,8 +458,10 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)
 			a.log.Info("event", "type", string(x.Type), "reason", x.Reason, "message", x.Message)
-		case decide.ClampCgroups, decide.GrowCgroups:
-			a.enforce(ctx, act, p)
+		case decide.ClampCgroups:
+			a.enforce(ctx, cgroup.Request{Kind: cgroup.KindClamp, Generation: x.Generation, Limits: x.Limits}, p)
+		case decide.GrowCgroups:
+			a.enforce(ctx, cgroup.Request{Kind: cgroup.KindGrow, Generation: x.Generation, Limits: x.Limits}, p)
 		case decide.Evict:
 			again = a.evict(ctx, x, p.snap) || again
 		case decide.RestartKubelet:
@@ -557,18 +561,18 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 	a.poke()
 }
 
-// enforce applies a cgroup action and measures the clamp's latency from
-// the hardware event.
-func (a *Agent) enforce(ctx context.Context, act decide.Action, p passInput) {
+// enforce writes the kubepods limits of a clamp or a grow and measures
+// the clamp's latency from the hardware event.
+func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) {
 	if a.cfg.Enforcer == nil {
-		a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(act.Kind()))
+		a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(r.Kind))
 		return
 	}
-	if err := a.cfg.Enforcer.Apply(ctx, act, p.snap); err != nil {
-		a.log.Error("apply kubepods limits", "action", string(act.Kind()), "err", err)
+	if err := a.cfg.Enforcer.Apply(ctx, r, onlineCPUs(p.snap)); err != nil {
+		a.log.Error("apply kubepods limits", "action", string(r.Kind), "err", err)
 		return
 	}
-	if act.Kind() == decide.KindClampCgroups && !p.since.IsZero() {
+	if r.Kind == cgroup.KindClamp && !p.since.IsZero() {
 		lat := a.clock.Since(p.since)
 		if wt, ok := a.cfg.Enforcer.(WriteTimer); ok {
 			if at := wt.LastWrite(); at.After(p.since) {
@@ -610,7 +614,7 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 }
 
 // onlineCPUs is the model's online CPU list (nil without a model).
-func onlineCPUs(snap *topology.Snapshot) []int {
+func onlineCPUs(snap *topology.Snapshot) topology.CPUSet {
 	if snap == nil {
 		return nil
 	}
