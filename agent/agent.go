@@ -11,11 +11,11 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/node-resized/node-resized/resources"
-
+	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 )
@@ -27,10 +27,12 @@ type Relay interface {
 	Event(eventType types.EventType, reason, message string)
 }
 
-// Enforcer applies kubepods cgroup limits. It is called on the agent's
-// goroutine and should return quickly.
+// Enforcer writes the kubepods cgroup limits (*cgroup.Enforcer is one).
+// It is called on the agent's goroutine and should return quickly.
 type Enforcer interface {
-	Apply(ctx context.Context, a decide.Action, snap *topology.Snapshot) error
+	// Apply writes r's limits, with the online CPUs for a cpuset that
+	// carries a list of its own.
+	Apply(ctx context.Context, r cgroup.Request, online topology.CPUSet) error
 }
 
 // LimitsReader is an Enforcer that can also read the kubepods limits as
@@ -62,7 +64,10 @@ type Evictor interface {
 type KubeletRestarter interface {
 	// Check says why the kubelet may not be restarted into the machine
 	// snap now (a checkpoint that cannot be made safe); nil when it may.
-	// It only reads, and is called on the agent's goroutine.
+	// It only reads, but it reads files: it is called on the agent's
+	// goroutine, before a decision only when that decision may restart
+	// the kubelet, and otherwise after the pass's actions, so never
+	// between a loss and its clamp.
 	Check(snap *topology.Snapshot) error
 	// Restart restarts it and waits for the result: "done" when systemd
 	// started it again. It is called off the agent's goroutine.
@@ -353,10 +358,22 @@ type passInput struct {
 	snap   *topology.Snapshot
 	since  time.Time // the first uevent of the hardware changes this pass decides on
 	source string
+	// checkpoints says that nothing but the kubelet's checkpoints stands
+	// in the way of a restart, and they are not read yet: until they are
+	// (readCheckpoints), in.Kubelet.RestartAllowed is false. stale is the
+	// kubelet view's Stale.
+	checkpoints, stale bool
 }
 
 // pass takes one decision and carries it out; it returns when to decide
 // again without new input (0: not needed).
+//
+// The kubelet's checkpoints are read only when the decision depends on
+// them, and then before it: a decision that may restart the kubelet
+// (decide's RestartConsidered) is taken again with what they say. Any
+// other decision, the clamp of a loss among them, is carried out first;
+// while the kubelet is stale its checkpoints are read after that, for
+// what the status says of a restart.
 func (a *Agent) pass(ctx context.Context) time.Duration {
 	p, ok := a.gather()
 	if !ok {
@@ -366,11 +383,19 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 		p.in.Enforced = a.enforced()
 	}
 	d := decide.Decide(p.in)
+	if p.checkpoints && d.RestartConsidered {
+		a.readCheckpoints(&p)
+		d = decide.Decide(p.in)
+	}
 	if d.Err != nil {
 		a.log.Warn("input refused", "err", d.Err)
 	}
 	a.account(p.in.Previous.Applied, d.Next.Applied)
 	published, again := a.carryOut(ctx, d, p)
+	if p.checkpoints && p.stale {
+		a.readCheckpoints(&p)
+	}
+	a.restartNeeded(p)
 	if !a.started {
 		a.resumeEviction(ctx, p.in, d, p.snap)
 		if !published {
@@ -416,17 +441,17 @@ func (a *Agent) gather() (passInput, bool) {
 	if !a.haveNode {
 		conf = configuredFromKey(a.state.Spec)
 	}
-	var k decide.Kubelet
+	var (
+		k                  decide.Kubelet
+		checkpoints, stale bool
+	)
 	if v := a.kubelet; v != nil && v.Known() {
 		k = decide.Kubelet{Known: true, Capacity: v.Capacity.Clone(), Ready: v.Ready, Report: a.report}
-		// The verdict may read the checkpoints: not under a.mu.
 		// An eviction pass runs until the evictor reports its generation done.
 		evicting := a.state.Evicting && !(a.eviction.Generation == a.state.Generation && a.eviction.Done)
-		view, restarting, snap := *v, a.restarting, a.snap
-		a.mu.Unlock()
-		k.RestartBlocked = a.restartBlocked(view, evicting, restarting, snap)
-		a.mu.Lock()
-		k.RestartAllowed = k.RestartBlocked == ""
+		k.RestartBlocked = a.restartBlocked(*v, evicting, a.restarting)
+		// The checkpoints are left: RestartAllowed waits for them.
+		checkpoints, stale = k.RestartBlocked == "", v.Stale
 	}
 	return passInput{
 		in: decide.Input{
@@ -441,7 +466,7 @@ func (a *Agent) gather() (passInput, bool) {
 			Kubelet:      k,
 			Policy:       a.cfg.Policy,
 		},
-		snap: a.snap, since: a.since, source: a.source,
+		snap: a.snap, since: a.since, source: a.source, checkpoints: checkpoints, stale: stale,
 	}, true
 }
 
@@ -458,8 +483,10 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)
 			a.log.Info("event", "type", string(x.Type), "reason", x.Reason, "message", x.Message)
-		case decide.ClampCgroups, decide.GrowCgroups:
-			a.enforce(ctx, act, p)
+		case decide.ClampCgroups:
+			a.enforce(ctx, cgroup.Request{Kind: cgroup.KindClamp, Generation: x.Generation, Limits: x.Limits}, p)
+		case decide.GrowCgroups:
+			a.enforce(ctx, cgroup.Request{Kind: cgroup.KindGrow, Generation: x.Generation, Limits: x.Limits}, p)
 		case decide.Evict:
 			again = a.evict(ctx, x, p.snap) || again
 		case decide.RestartKubelet:
@@ -469,36 +496,57 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (p
 	return published, again
 }
 
-// restartBlocked says why the kubelet may not be restarted now; empty when
-// it may. The checkpoints are checked only while the kubelet is stale (a
-// restart may be wanted).
-func (a *Agent) restartBlocked(v types.KubeletView, evicting, restarting bool, snap *topology.Snapshot) string {
+// restartBlocked says why the kubelet may not be restarted now, as far as
+// can be told without reading a file; empty when nothing but its
+// checkpoints can stand in the way (see readCheckpoints). a.mu is held.
+func (a *Agent) restartBlocked(v types.KubeletView, evicting, restarting bool) string {
 	unit := a.cfg.KubeletUnit
-	why := ""
 	switch {
 	case a.cfg.KubeletRestart == RestartNever:
-		why = fmt.Sprintf("restarts are turned off (--kubelet-restart=never); restart %s to let the kubelet adopt it", unit)
+		return fmt.Sprintf("restarts are turned off (--kubelet-restart=never); restart %s to let the kubelet adopt it", unit)
 	case a.cfg.Restarter == nil:
-		why = fmt.Sprintf("node-resized cannot restart it here; restart %s to let the kubelet adopt it", unit)
+		return fmt.Sprintf("node-resized cannot restart it here; restart %s to let the kubelet adopt it", unit)
 	case v.UnitError != "" && v.ActiveState == "":
-		why = fmt.Sprintf("systemd cannot be asked about %s: %s", unit, v.UnitError)
+		return fmt.Sprintf("systemd cannot be asked about %s: %s", unit, v.UnitError)
 	case !v.UnitActive():
-		why = fmt.Sprintf("%s is not active (ActiveState %q, SubState %q)", unit, v.ActiveState, v.SubState)
+		return fmt.Sprintf("%s is not active (ActiveState %q, SubState %q)", unit, v.ActiveState, v.SubState)
 	case evicting:
-		why = "an eviction pass is still running"
+		return "an eviction pass is still running"
 	case restarting:
-		why = "a restart is still running"
-	case v.Stale && snap != nil:
-		if err := a.cfg.Restarter.Check(snap); err != nil {
-			why = "its CPU or memory manager checkpoint cannot be made safe: " + err.Error()
+		return "a restart is still running"
+	}
+	return ""
+}
+
+// readCheckpoints completes the pass's restart verdict with the kubelet's
+// CPU and memory manager checkpoints (Restarter.Check reads both), for the
+// pass's model: the kubelet may be restarted only into checkpoints its
+// static policies accept.
+func (a *Agent) readCheckpoints(p *passInput) {
+	if !p.checkpoints {
+		return
+	}
+	p.checkpoints = false
+	k := &p.in.Kubelet
+	if p.snap != nil {
+		if err := a.cfg.Restarter.Check(p.snap); err != nil {
+			k.RestartBlocked = "its CPU or memory manager checkpoint cannot be made safe: " + err.Error()
 		}
 	}
+	k.RestartAllowed = k.RestartBlocked == ""
+}
+
+// restartNeeded sets node_resized_kubelet_restart_needed: 1 while the
+// kubelet is stale and may not be restarted.
+func (a *Agent) restartNeeded(p passInput) {
+	if !p.in.Kubelet.Known {
+		return
+	}
 	needed := 0.0
-	if why != "" && v.Stale {
+	if p.stale && p.in.Kubelet.RestartBlocked != "" {
 		needed = 1
 	}
 	a.m.KubeletRestartNeeded.Set(needed)
-	return why
 }
 
 // restart restarts the kubelet off the decision goroutine; its result
@@ -559,18 +607,18 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 	a.poke()
 }
 
-// enforce applies a cgroup action and measures the clamp's latency from
-// the hardware event.
-func (a *Agent) enforce(ctx context.Context, act decide.Action, p passInput) {
+// enforce writes the kubepods limits of a clamp or a grow and measures
+// the clamp's latency from the hardware event.
+func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) {
 	if a.cfg.Enforcer == nil {
-		a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(act.Kind()))
+		a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(r.Kind))
 		return
 	}
-	if err := a.cfg.Enforcer.Apply(ctx, act, p.snap); err != nil {
-		a.log.Error("apply kubepods limits", "action", string(act.Kind()), "err", err)
+	if err := a.cfg.Enforcer.Apply(ctx, r, onlineCPUs(p.snap)); err != nil {
+		a.log.Error("apply kubepods limits", "action", string(r.Kind), "err", err)
 		return
 	}
-	if act.Kind() == decide.KindClampCgroups && !p.since.IsZero() {
+	if r.Kind == cgroup.KindClamp && !p.since.IsZero() {
 		lat := a.clock.Since(p.since)
 		if wt, ok := a.cfg.Enforcer.(WriteTimer); ok {
 			if at := wt.LastWrite(); at.After(p.since) {
@@ -612,7 +660,7 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 }
 
 // onlineCPUs is the model's online CPU list (nil without a model).
-func onlineCPUs(snap *topology.Snapshot) []int {
+func onlineCPUs(snap *topology.Snapshot) topology.CPUSet {
 	if snap == nil {
 		return nil
 	}

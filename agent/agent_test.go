@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/topology"
@@ -320,8 +321,8 @@ func (o *orderLog) add(s string) {
 
 type orderEnforcer struct{ log *orderLog }
 
-func (e orderEnforcer) Apply(_ context.Context, a decide.Action, _ *topology.Snapshot) error {
-	e.log.add(string(a.Kind()))
+func (e orderEnforcer) Apply(_ context.Context, r cgroup.Request, _ topology.CPUSet) error {
+	e.log.add(string(r.Kind))
 	return nil
 }
 
@@ -370,13 +371,13 @@ func TestClampComesBeforeAnyAPICall(t *testing.T) {
 	})
 	ol.mu.Lock()
 	defer ol.mu.Unlock()
-	if ol.calls[0] != string(decide.KindClampCgroups) {
+	if ol.calls[0] != string(cgroup.KindClamp) {
 		t.Fatalf("actuator calls %v: the clamp must come first, before any API call", ol.calls)
 	}
 	var clamp, evict, publish, event int = -1, -1, -1, -1
 	for i, c := range ol.calls {
 		switch {
-		case c == string(decide.KindClampCgroups) && clamp < 0:
+		case c == string(cgroup.KindClamp) && clamp < 0:
 			clamp = i
 		case c == "Evict" && evict < 0:
 			evict = i
@@ -434,7 +435,7 @@ type timedEnforcer struct {
 	written time.Time
 }
 
-func (e timedEnforcer) Apply(context.Context, decide.Action, *topology.Snapshot) error {
+func (e timedEnforcer) Apply(context.Context, cgroup.Request, topology.CPUSet) error {
 	e.clock.Step(40 * time.Millisecond) // the read-backs and the files that needed no write
 	return nil
 }

@@ -7,5 +7,9 @@
 //
 // Every decision is taken on one goroutine, in order; inputs only record
 // the newest value and wake it, so neither detection nor the API watch
-// ever waits for a decision or for the API server.
+// ever waits for a decision or for the API server. A loss goes from the
+// model to the kubepods limits with no file read on the way: the kubelet's
+// checkpoints, which a restart of the kubelet needs, are read before a
+// decision only when it may restart the kubelet, and otherwise after the
+// decision's actions.
 package agent

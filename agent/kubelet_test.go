@@ -22,7 +22,9 @@ import (
 // fakeRestarter records restarts; each waits until the test releases it
 // with a result.
 type fakeRestarter struct {
-	check   error
+	check error
+	// log, when set, records each Check as "Check".
+	log     *orderLog
 	mu      sync.Mutex
 	calls   int
 	results chan restartResult
@@ -33,7 +35,12 @@ type restartResult struct {
 	err error
 }
 
-func (f *fakeRestarter) Check(*topology.Snapshot) error { return f.check }
+func (f *fakeRestarter) Check(*topology.Snapshot) error {
+	if f.log != nil {
+		f.log.add("Check")
+	}
+	return f.check
+}
 
 func (f *fakeRestarter) Restart(ctx context.Context, _ *topology.Snapshot) (string, error) {
 	f.mu.Lock()

@@ -8,12 +8,13 @@
 // see decide.KubepodsLimits). When CPUs or memory go away under a running
 // kubelet, the pods keep limits that no longer fit the machine; the
 // [Enforcer] writes the limits the kubelet would write for the new capacity
-// (decide.ClampCgroups, decide.GrowCgroups), on the kubepods cgroup itself,
-// so that the kernel reclaims and, at worst, OOM-kills inside kubepods and
-// never outside it. A limit the action leaves at zero is not touched; a
-// huge page size listed with 0 is a limit of 0, as the kubelet writes it for
-// sizes without a pool, and a size the kernel has no hugetlb file for is
-// skipped.
+// (a [Request]: the limits of the decision core's ClampCgroups or
+// GrowCgroups, with the online CPUs beside it), on the kubepods cgroup
+// itself, so that the kernel reclaims and, at worst, OOM-kills inside
+// kubepods and never outside it. A limit the request leaves at zero is not
+// touched; a huge page size listed with 0 is a limit of 0, as the kubelet
+// writes it for sizes without a pool, and a size the kernel has no hugetlb
+// file for is skipped.
 //
 // The CPU set is handled apart, because the kubelet never writes one: on
 // cgroup v2 the kubepods, burstable and besteffort cgroups normally have an

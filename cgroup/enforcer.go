@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
@@ -80,9 +79,9 @@ func (e *WriteError) Error() string {
 
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// Enforcer writes the kubepods limits that decide's ClampCgroups and
-// GrowCgroups carry; it implements the agent's Enforcer. It is safe for
-// concurrent use: applies are serialised, and Status never waits for one.
+// Enforcer writes the kubepods limits of a Request; it implements the
+// agent's Enforcer. It is safe for concurrent use: applies are
+// serialised, and Status never waits for one.
 type Enforcer struct {
 	paths       Paths
 	mode        Mode
@@ -95,10 +94,10 @@ type Enforcer struct {
 	now         func() time.Time
 	pageSize    int64
 
-	applyMu sync.Mutex // serialises Apply and Reapply, and guards the fields below
-	last    decide.Action
-	lastSn  *topology.Snapshot
-	found   bool // kubepods existed at the previous apply (to log changes only)
+	applyMu    sync.Mutex // serialises Apply, Reapply and Restore, and guards the fields below
+	last       *Request   // the last Apply's, for Reapply; nil before the first
+	lastOnline topology.CPUSet
+	found      bool // kubepods existed at the previous apply (to log changes only)
 
 	mu      sync.Mutex // guards status, history and applied
 	status  *Change
@@ -184,36 +183,31 @@ func (e *Enforcer) Run(ctx context.Context, models Models) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
-			snap, _ := models.Snapshot()
-			if err := e.Reapply(ctx, snap); err != nil && ctx.Err() == nil {
+			var online topology.CPUSet
+			if snap, _ := models.Snapshot(); snap != nil {
+				online = snap.CPUs.Online
+			}
+			if err := e.Reapply(ctx, online); err != nil && ctx.Err() == nil {
 				e.log.Warn("re-assert the kubepods limits", "err", err)
 			}
 		}
 	}
 }
 
-// Apply carries out a decide.ClampCgroups or decide.GrowCgroups with the
-// online CPUs of snap (see the package documentation), and remembers it
-// for Reapply. It returns an error only when a read or a write failed; an
-// action that finds nothing to do (cgroup v1, no kubepods yet) is recorded
-// as skipped in Status and returns nil.
-func (e *Enforcer) Apply(ctx context.Context, a decide.Action, snap *topology.Snapshot) error {
-	var (
-		gen int64
-		lim decide.CgroupLimits
-	)
-	switch x := a.(type) {
-	case decide.ClampCgroups:
-		gen, lim = x.Generation, x.Limits
-	case decide.GrowCgroups:
-		gen, lim = x.Generation, x.Limits
-	default:
-		return fmt.Errorf("cgroup enforcer: %T is not a cgroup action", a)
+// Apply writes r's limits on kubepods, with online for a cpuset that
+// carries a list of its own (see the package documentation), and
+// remembers both for Reapply. r is a KindClamp or a KindGrow. It returns
+// an error only when r is neither or a read or a write failed; a request
+// that finds nothing to do (cgroup v1, no kubepods yet) is recorded as
+// skipped in Status and returns nil.
+func (e *Enforcer) Apply(ctx context.Context, r Request, online topology.CPUSet) error {
+	if r.Kind != KindClamp && r.Kind != KindGrow {
+		return fmt.Errorf("cgroup enforcer: a request of kind %q is neither a clamp nor a grow", r.Kind)
 	}
 	e.applyMu.Lock()
 	defer e.applyMu.Unlock()
-	e.last, e.lastSn = a, snap
-	err := e.apply(ctx, a.Kind(), gen, lim, snap, false)
+	e.last, e.lastOnline = &r, online
+	err := e.apply(ctx, r, online, false)
 	e.mu.Lock()
 	e.applied = time.Time{}
 	if e.status != nil {
@@ -223,47 +217,37 @@ func (e *Enforcer) Apply(ctx context.Context, a decide.Action, snap *topology.Sn
 	return err
 }
 
-// Reapply carries out the last action again, with snap's online CPUs (the
-// last snapshot when snap is nil). Call it when kubepods may have been
-// rewritten behind the Enforcer's back (the kubelet writes its own boot-time
-// limits whenever it starts) or when the kubelet may have created it since;
-// it writes nothing when everything holds. Before the first Apply it does
+// Reapply writes the last Apply's request again, with online (the last
+// online CPUs when nil). Call it when kubepods may have been rewritten
+// behind the Enforcer's back (the kubelet writes its own boot-time limits
+// whenever it starts) or when the kubelet may have created it since; it
+// writes nothing when everything holds. Before the first Apply it does
 // nothing.
-func (e *Enforcer) Reapply(ctx context.Context, snap *topology.Snapshot) error {
+func (e *Enforcer) Reapply(ctx context.Context, online topology.CPUSet) error {
 	e.applyMu.Lock()
 	defer e.applyMu.Unlock()
 	if e.last == nil {
 		return nil
 	}
-	if snap == nil {
-		snap = e.lastSn
+	if online == nil {
+		online = e.lastOnline
 	}
-	e.lastSn = snap
-	var (
-		gen int64
-		lim decide.CgroupLimits
-	)
-	switch x := e.last.(type) {
-	case decide.ClampCgroups:
-		gen, lim = x.Generation, x.Limits
-	case decide.GrowCgroups:
-		gen, lim = x.Generation, x.Limits
-	}
-	return e.apply(ctx, e.last.Kind(), gen, lim, snap, true)
+	e.lastOnline = online
+	return e.apply(ctx, *e.last, online, true)
 }
 
-// apply does the work of Apply and Reapply; the caller holds applyMu.
-func (e *Enforcer) apply(ctx context.Context, kind decide.ActionKind, gen int64, lim decide.CgroupLimits,
-	snap *topology.Snapshot, reapply bool) error {
+// apply does the work of Apply, Reapply and Restore; the caller holds
+// applyMu.
+func (e *Enforcer) apply(ctx context.Context, r Request, online topology.CPUSet, reapply bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	start := e.now()
-	ch := Change{Time: start, Action: kind, Generation: gen, Reapply: reapply}
+	ch := Change{Time: start, Action: r.Kind, Generation: r.Generation, Reapply: reapply}
 	if reason := e.skipReason(); reason != "" {
 		ch.Result, ch.Reason = ResultSkipped, reason
 		e.record(ch)
-		e.log.Debug("kubepods limits not applied", "action", string(kind), "reason", reason)
+		e.log.Debug("kubepods limits not applied", "action", string(r.Kind), "reason", reason)
 		return nil
 	}
 
@@ -272,8 +256,8 @@ func (e *Enforcer) apply(ctx context.Context, kind decide.ActionKind, gen int64,
 	// what protects the node on a loss, is written before anything else
 	// is read. The cpusets are planned together, from all three lists.
 	w := writes{files: make([]FileChange, 0, 8)}
-	e.write(ctx, &w, e.limitOps(lim))
-	cpuOps, cpuErrs := e.cpusetOps(snap)
+	e.write(ctx, &w, e.limitOps(r.Limits))
+	cpuOps, cpuErrs := e.cpusetOps(online)
 	w.errs = append(w.errs, cpuErrs...)
 	e.write(ctx, &w, cpuOps)
 	ch.Files, ch.WrittenAt = w.files, w.last
@@ -286,7 +270,7 @@ func (e *Enforcer) apply(ctx context.Context, kind decide.ActionKind, gen int64,
 	e.conclude(&ch, written, err, elapsed)
 	e.record(ch)
 	if err != nil {
-		return fmt.Errorf("apply %s (generation %d) to %s: %w", kind, gen, e.paths.Kubepods.Dir, err)
+		return fmt.Errorf("apply %s (generation %d) to %s: %w", r.Kind, r.Generation, e.paths.Kubepods.Dir, err)
 	}
 	return nil
 }

@@ -80,9 +80,7 @@ func newTestEnforcer(t *testing.T, tr *tree, inner writer, adjust ...func(*Optio
 	return e, rec, m
 }
 
-func online(ids ...int) *topology.Snapshot {
-	return &topology.Snapshot{CPUs: topology.CPUs{Online: topology.CPUSet(ids)}}
-}
+func online(ids ...int) topology.CPUSet { return topology.CPUSet(ids) }
 
 // limitsFor is what the kubelet writes for cpus CPUs and mem bytes of
 // allocatable memory.
@@ -97,12 +95,12 @@ func limitsFor(cpus, mem int64) decide.CgroupLimits {
 	}
 }
 
-func clamp(gen, cpus, mem int64) decide.ClampCgroups {
-	return decide.ClampCgroups{Generation: gen, Limits: limitsFor(cpus, mem)}
+func clamp(gen, cpus, mem int64) Request {
+	return Request{Kind: KindClamp, Generation: gen, Limits: limitsFor(cpus, mem)}
 }
 
-func grow(gen, cpus, mem int64) decide.GrowCgroups {
-	return decide.GrowCgroups{Generation: gen, Limits: limitsFor(cpus, mem)}
+func grow(gen, cpus, mem int64) Request {
+	return Request{Kind: KindGrow, Generation: gen, Limits: limitsFor(cpus, mem)}
 }
 
 func resizeErrors(m *metrics.Metrics) float64 {
@@ -157,7 +155,7 @@ func TestClampShrinksParentAndNarrowsChildrenFirst(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 	last := st.Last
-	if last == nil || last.Result != ResultChanged || last.Action != decide.KindClampCgroups || last.Generation != 7 || last.Error != "" {
+	if last == nil || last.Result != ResultChanged || last.Action != KindClamp || last.Generation != 7 || last.Error != "" {
 		t.Fatalf("last %+v", last)
 	}
 	if f := fileChange(t, last, "kubepods/memory.max"); f.Before != bootMemoryMax || f.After != "6442450944" || !f.Written {
@@ -386,7 +384,7 @@ func TestReadBackMismatchIsAnError(t *testing.T) {
 		return os.WriteFile(o.path(), []byte("12345\n"), 0o644)
 	})
 	e, _, m := newTestEnforcer(t, tr, liar)
-	a := decide.ClampCgroups{Generation: 1, Limits: decide.CgroupLimits{MemoryMax: 6 * gib}}
+	a := Request{Kind: KindClamp, Generation: 1, Limits: decide.CgroupLimits{MemoryMax: 6 * gib}}
 	err := e.Apply(context.Background(), a, online(0, 1, 2, 3))
 	if err == nil || !strings.Contains(err.Error(), `reads back "12345"`) {
 		t.Errorf("err %v", err)
@@ -487,12 +485,12 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func TestApplyRejectsOtherActions(t *testing.T) {
+func TestApplyRejectsOtherKinds(t *testing.T) {
 	tr := newTree(t, DriverCgroupfs, "/")
 	e, _, m := newTestEnforcer(t, tr, nil)
-	for _, a := range []decide.Action{decide.PatchNodeStatus{}, nil} {
-		if err := e.Apply(context.Background(), a, online(0)); err == nil {
-			t.Errorf("Apply(%T) accepted", a)
+	for _, r := range []Request{{Kind: KindRestore, Limits: limitsFor(1, gib)}, {Limits: limitsFor(1, gib)}} {
+		if err := e.Apply(context.Background(), r, online(0)); err == nil {
+			t.Errorf("Apply of kind %q accepted", r.Kind)
 		}
 	}
 	if resizeErrors(m) != 0 || e.Status().Last != nil {
@@ -561,7 +559,7 @@ func TestMemoryMaxWrittenBeforeTheOthersAreRead(t *testing.T) {
 		}
 		return nil
 	}
-	if err := e.Apply(context.Background(), decide.ClampCgroups{Generation: 1, Limits: lim}, online(0, 1, 2)); err != nil {
+	if err := e.Apply(context.Background(), Request{Kind: KindClamp, Generation: 1, Limits: lim}, online(0, 1, 2)); err != nil {
 		t.Fatal(err)
 	}
 	calls := rec.take()
@@ -588,7 +586,7 @@ func TestRunReasserts(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx, models{online(0, 1, 2)}) }()
+	go func() { done <- e.Run(ctx, models{&topology.Snapshot{CPUs: topology.CPUs{Online: online(0, 1, 2)}}}) }()
 	for !fake.HasWaiters() {
 		time.Sleep(time.Millisecond)
 	}

@@ -73,7 +73,7 @@ const (
 	noteNoOnlineS = "no online CPU set known: cpusets left as they are"
 )
 
-// limitOps plans the kubepods limits of one action, in the order they are
+// limitOps plans the kubepods limits of one request, in the order they are
 // written: memory.max first (on a clamp it is what protects the node), then
 // pids.max, the hugetlb limits by page size, cpu.weight. Each file is read
 // only just before it is written (see readBefore), so that memory.max is
@@ -146,8 +146,8 @@ func HugePageSizeName(size int64) string {
 }
 
 // cpusetOps plans the cpuset.cpus of kubepods, burstable and besteffort
-// (see planCPUs), in the order they are written.
-func (e *Enforcer) cpusetOps(snap *topology.Snapshot) ([]*op, []error) {
+// for the online CPUs (see planCPUs), in the order they are written.
+func (e *Enforcer) cpusetOps(online topology.CPUSet) ([]*op, []error) {
 	groups := [3]Group{e.paths.Kubepods, e.paths.Burstable, e.paths.BestEffort}
 	var (
 		cur     [3]topology.CPUSet
@@ -175,10 +175,6 @@ func (e *Enforcer) cpusetOps(snap *topology.Snapshot) ([]*op, []error) {
 			continue
 		}
 		cur[i], present[i] = set, true
-	}
-	var online topology.CPUSet
-	if snap != nil {
-		online = snap.CPUs.Online
 	}
 	if len(online) == 0 {
 		for _, o := range ops {

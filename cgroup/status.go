@@ -2,8 +2,6 @@ package cgroup
 
 import (
 	"time"
-
-	"github.com/node-resized/node-resized/decide"
 )
 
 // HistoryLen is how many changes Status keeps.
@@ -51,9 +49,10 @@ type FileChange struct {
 // written and what happened to the pods' OOM kill count meanwhile. It is a
 // plain value; Status hands out copies.
 type Change struct {
-	Time       time.Time         `json:"time"`
-	Action     decide.ActionKind `json:"action"`
-	Generation int64             `json:"generation"`
+	Time time.Time `json:"time"`
+	// Action is the request's Kind.
+	Action     Kind  `json:"action"`
+	Generation int64 `json:"generation"`
 	// Reapply is true when the change came from Reapply rather than from
 	// a decision.
 	Reapply bool   `json:"reapply,omitempty"`

@@ -136,7 +136,7 @@ func TestSystemdCustomCgroupRootUnits(t *testing.T) {
 	tr := newTree(t, DriverSystemd, "/node")
 	fake := &fakeSystemd{}
 	e, _, _ := newTestEnforcer(t, tr, systemdWriter(fake))
-	a := decide.ClampCgroups{Generation: 1, Limits: decide.CgroupLimits{MemoryMax: 6 * gib}}
+	a := Request{Kind: KindClamp, Generation: 1, Limits: decide.CgroupLimits{MemoryMax: 6 * gib}}
 	if err := e.Apply(context.Background(), a, online(0, 1, 2, 3)); err != nil {
 		t.Fatal(err)
 	}

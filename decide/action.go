@@ -30,17 +30,21 @@ type Action interface {
 	isAction()
 }
 
-// ClampCgroups sets the kubepods cgroup limits when at least one of them
-// shrinks. Limits are what the kubelet would write for Capacity.
+// ClampCgroups writes the kubepods cgroup limits when at least one of them
+// shrinks: Limits, what the kubelet would write for Capacity, with the
+// online CPUs for a kubepods cpuset that carries a list of its own. On a
+// loss (Path B) it is the first action; on a configured capacity below the
+// hardware (Path A2) it follows the status patch.
 type ClampCgroups struct {
 	Generation int64          `json:"generation"`
 	Capacity   resources.List `json:"capacity"`
 	Limits     CgroupLimits   `json:"limits"`
 }
 
-// GrowCgroups sets the kubepods cgroup limits when none shrinks; the actuator
-// also widens kubepods' cpuset to every online CPU (a hot-added CPU is not in
-// it until someone adds it).
+// GrowCgroups writes the kubepods cgroup limits when none shrinks: Limits,
+// what the kubelet would write for Capacity, with the online CPUs, which
+// bring a hot-added CPU into a kubepods cpuset that carries a list of its
+// own (nothing else adds it). It comes before the status patch.
 type GrowCgroups struct {
 	Generation int64          `json:"generation"`
 	Capacity   resources.List `json:"capacity"`

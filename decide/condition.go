@@ -67,7 +67,7 @@ func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOu
 		in := p.in
 		in.Kubelet.RestartAllowed, in.Kubelet.RestartBlocked = false, "a reserved CPU is offline"
 		ks := kubeletStep(in, p.pol, p.jitter, pl.desired, p.phys, next)
-		ks.note = ""
+		ks.note, ks.considered = "", false // the caller's verdict is not the one used
 		msg := fmt.Sprintf("capacity %s applied; %s", pl.desired, reservedGone(m))
 		if pl.mode == types.ReasonEmergencyReduced {
 			msg = fmt.Sprintf("physical capacity fell below it; capacity clamped to %s; %s", next.EmergencyTarget, reservedGone(m))

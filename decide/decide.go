@@ -68,6 +68,16 @@ type Decision struct {
 	// Ignored lists configured resource names that are not validated
 	// (unknown names are ignored, as the KEP says).
 	Ignored []string
+	// RestartConsidered says whether the pass looked at the caller's
+	// restart verdict, Kubelet.RestartAllowed and RestartBlocked. It does
+	// only where a restart could be asked for: no shrink in flight, a
+	// capacity that is not Infeasible, no reserved CPU offline, and a
+	// known kubelet that disagrees with a target that is the physical
+	// capacity, with no restart outstanding or failed for it. While it is
+	// false the decision is the same whatever the verdict says, so a
+	// caller whose verdict costs file reads (the kubelet's checkpoints)
+	// may decide without it first and read only when this is true.
+	RestartConsidered bool
 	// Err reports input that was refused (*RejectedError): a nonsense
 	// physical reading, which leaves everything as it was, or a malformed
 	// or unsupported configured capacity, which is Infeasible. It is set on
@@ -125,15 +135,16 @@ func Decide(in Input) Decision {
 	next.Tainted, next.TaintFor = p.taint(pl, next)
 	alloc := Allocatable(pl.desired, in.Reservations)
 	return Decision{
-		Target:       pl.desired.Clone(),
-		Allocatable:  alloc,
-		Physical:     p.phys,
-		Condition:    cond,
-		Actions:      p.actions(pl, next, alloc, ks),
-		Next:         next,
-		RequeueAfter: ks.requeue,
-		Ignored:      p.ev.ignored,
-		Err:          configuredError(p.ev),
+		Target:            pl.desired.Clone(),
+		Allocatable:       alloc,
+		Physical:          p.phys,
+		Condition:         cond,
+		Actions:           p.actions(pl, next, alloc, ks),
+		Next:              next,
+		RequeueAfter:      ks.requeue,
+		Ignored:           p.ev.ignored,
+		RestartConsidered: ks.considered,
+		Err:               configuredError(p.ev),
 	}
 }
 

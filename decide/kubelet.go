@@ -75,6 +75,9 @@ type kubeletOutcome struct {
 	restart bool
 	failed  string // non-empty: the restart just failed (a KubeletRestartFailed event)
 	requeue time.Duration
+	// considered: the outcome depends on Kubelet.RestartAllowed (see
+	// Decision.RestartConsidered).
+	considered bool
 }
 
 // kubeletStep decides whether the kubelet must be restarted to adopt the
@@ -131,12 +134,13 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 	if !sameOn(target, phys, jitter) {
 		return kubeletOutcome{note: "the kubelet is not restarted: the target is below the physical capacity, which a restarted kubelet would publish; node-resized keeps Node status at the target"}
 	}
+	// From here on the caller's verdict decides.
 	if !k.RestartAllowed {
 		why := k.RestartBlocked
 		if why == "" {
 			why = "not allowed"
 		}
-		return kubeletOutcome{note: fmt.Sprintf("the kubelet still runs with its start-up capacity (%s); it needs a restart to adopt the target, which is not done: %s",
+		return kubeletOutcome{considered: true, note: fmt.Sprintf("the kubelet still runs with its start-up capacity (%s); it needs a restart to adopt the target, which is not done: %s",
 			viewOf(k.Capacity, target), why)}
 	}
 	wait := pol.SettleDelay - now.Sub(next.ChangedAt)
@@ -146,11 +150,11 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 		}
 	}
 	if wait > 0 {
-		return kubeletOutcome{waiting: "waiting before restarting the kubelet (settle delay, restart rate limit)", requeue: wait}
+		return kubeletOutcome{considered: true, waiting: "waiting before restarting the kubelet (settle delay, restart rate limit)", requeue: wait}
 	}
 	next.RestartAt = now
 	next.RestartPending = true
-	return kubeletOutcome{waiting: waiting, restart: true, requeue: pol.RestartTimeout}
+	return kubeletOutcome{considered: true, waiting: waiting, restart: true, requeue: pol.RestartTimeout}
 }
 
 // restartFailed records a failed restart in next: it is not retried until

@@ -119,14 +119,17 @@ func TestKubeletNotRestarted(t *testing.T) {
 		kubelet Kubelet
 		spec    types.Configured
 		message string
+		// considered: the verdict (RestartAllowed, RestartBlocked) is
+		// what keeps the kubelet as it is.
+		considered bool
 	}{
 		{"restarts turned off", Kubelet{Known: true, Ready: true, RestartBlocked: "turned off (--kubelet-restart=never)"}, types.Configured{},
-			"needs a restart to adopt the target, which is not done: turned off (--kubelet-restart=never)"},
+			"needs a restart to adopt the target, which is not done: turned off (--kubelet-restart=never)", true},
 		{"checkpoint cannot be made safe", Kubelet{Known: true, Ready: true, RestartBlocked: "reserved CPUs 0 are not all online"}, types.Configured{},
-			"reserved CPUs 0 are not all online"},
+			"reserved CPUs 0 are not all online", true},
 		{"target below the hardware", Kubelet{Known: true, Ready: true, RestartAllowed: true}, spec("cpu", "6"),
-			"target is below the physical capacity"},
-		{"nothing known of the kubelet", Kubelet{RestartAllowed: true}, types.Configured{}, ""},
+			"target is below the physical capacity", false},
+		{"nothing known of the kubelet", Kubelet{RestartAllowed: true}, types.Configured{}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, machine(4, 16*Gi), tc.spec)
@@ -142,6 +145,9 @@ func TestKubeletNotRestarted(t *testing.T) {
 				if hasKind(d.Actions, KindRestartKubelet) || d.Condition.Reason != types.ReasonAccepted || !strings.Contains(d.Condition.Message, tc.message) {
 					t.Fatalf("after %v: %s %v (%s), want Accepted without a restart, saying %q", after, d.Condition.Reason, kinds(d.Actions), d.Condition.Message, tc.message)
 				}
+				if d.RestartConsidered != tc.considered {
+					t.Fatalf("after %v: RestartConsidered %v, want %v", after, d.RestartConsidered, tc.considered)
+				}
 			}
 		})
 	}
@@ -155,12 +161,21 @@ func TestKubeletNotRestartedWhileEvicting(t *testing.T) {
 	n.step(nil)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 6000) })
 	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	if d.RestartConsidered {
+		t.Fatal("the clamp's pass considered the restart verdict: a loss would wait for the checkpoints to be read")
+	}
 	d = n.step(func(in *Input) { in.Now = t0.Add(time.Hour) })
 	n.expect(d, types.ReasonInProgress)
+	if d.RestartConsidered {
+		t.Fatal("a pass with the shrink in flight considered the restart verdict")
+	}
 	d = n.step(func(in *Input) {
 		in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Done: true}
 	})
 	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	if !d.RestartConsidered {
+		t.Fatal("the pass that restarts the kubelet says it did not consider the restart verdict")
+	}
 }
 
 func equalKinds(got, want []ActionKind) bool {

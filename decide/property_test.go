@@ -3,6 +3,7 @@ package decide
 import (
 	"github.com/node-resized/node-resized/types"
 	"math/rand"
+	"reflect"
 	"testing"
 	"time"
 
@@ -138,6 +139,46 @@ func TestProperties(t *testing.T) {
 			prev = State{}
 		}
 	}
+}
+
+// TestRestartVerdictOnlyWhereConsidered: whether a pass considers the
+// restart verdict does not depend on the verdict, and a pass that does not
+// consider it decides the same whatever it says. The agent relies on it to
+// read the kubelet's checkpoints only for a decision that needs them, after
+// a clamp.
+func TestRestartVerdictOnlyWhereConsidered(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	var prev State
+	cases, considered := 10000, 0
+	if testing.Short() {
+		cases = 1000
+	}
+	for i := 0; i < cases; i++ {
+		if rng.Intn(10) == 0 {
+			prev = madeUpState(rng)
+		}
+		in := randomInput(rng, prev)
+		blocked, allowed := in, in
+		blocked.Kubelet.RestartAllowed, blocked.Kubelet.RestartBlocked = false, "its checkpoint cannot be made safe"
+		allowed.Kubelet.RestartAllowed, allowed.Kubelet.RestartBlocked = true, ""
+		b, a := Decide(blocked), Decide(allowed)
+		if a.RestartConsidered != b.RestartConsidered {
+			t.Fatalf("case %d: RestartConsidered %v when allowed, %v when blocked\ninput %+v", i, a.RestartConsidered, b.RestartConsidered, in)
+		}
+		if a.RestartConsidered {
+			considered++
+		} else if !reflect.DeepEqual(a, b) {
+			t.Fatalf("case %d: the verdict was not considered, yet changed the decision:\nallowed %+v\nblocked %+v\ninput %+v", i, a, b, in)
+		}
+		prev = a.Next
+		if rng.Intn(50) == 0 {
+			prev = State{}
+		}
+	}
+	if considered == 0 {
+		t.Fatal("no case considered the verdict: the inputs do not reach the kubelet step")
+	}
+	t.Logf("%d of %d cases considered the verdict", considered, cases)
 }
 
 // FuzzDecide checks the same properties on fuzzed inputs.

@@ -244,7 +244,8 @@ func (l *loop) intake(it item) {
 	// by the kernel or by --auto-online): the DIMM is then one change for
 	// its blocks' arrival and one for their capacity.
 	held := dev.Kind == topology.DeviceMemory && (it.ev.Action == uevent.ActionAdd || it.ev.Action == uevent.ActionOnline)
-	b := l.arrive(TriggerUevent, at, l.loss(it.ev.Action, dev), held)
+	snap, _ := l.m.Snapshot()
+	b := l.arrive(TriggerUevent, at, loss(snap, it.ev.Action, dev), held)
 	b.events++
 	b.devs = append(b.devs, dev)
 	if it.ev.Seqnum != 0 {
@@ -265,27 +266,12 @@ func (l *loop) overflowed() {
 	l.arrive(TriggerLost, l.clock.Now(), true, false)
 }
 
-// loss says whether a uevent takes away capacity the model holds: an
-// offline or remove event of a CPU the model has online, or of a memory
-// block it has online (or going offline). Such an event is never held in
-// a burst. An event for a device the model already has offline (a block
-// removed after it went offline, a stale or forged message) is not.
-func (l *loop) loss(a uevent.Action, dev topology.Device) bool {
-	if a != uevent.ActionOffline && a != uevent.ActionRemove {
-		return false
-	}
-	m := l.m
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	switch dev.Kind {
-	case topology.DeviceCPU:
-		return m.snap.CPUs.Online.Contains(dev.ID)
-	case topology.DeviceMemory:
-		blocks := m.snap.MemoryBlocks
-		i, ok := slices.BinarySearchFunc(blocks, dev.ID, func(b topology.MemoryBlock, id int) int { return b.ID - id })
-		return ok && blocks[i].State != topology.BlockOffline
-	}
-	return false
+// loss says whether a uevent takes away capacity the model snap holds: an
+// offline or a remove event (the actions that take a device away) of a
+// device whose going is a loss of the model (topology.IsLoss). Such an
+// event is never held in a burst.
+func loss(snap *topology.Snapshot, a uevent.Action, dev topology.Device) bool {
+	return (a == uevent.ActionOffline || a == uevent.ActionRemove) && topology.IsLoss(snap, dev)
 }
 
 // pollMemTotal is the MemTotal watch: a MemTotal that differs from the
@@ -303,9 +289,8 @@ func (l *loop) pollMemTotal(at time.Time) {
 		return
 	}
 	l.memSeen = mt
-	m.mu.RLock()
-	cur := m.snap.MemTotal
-	m.mu.RUnlock()
+	snap, _ := m.Snapshot()
+	cur := snap.MemTotal
 	if mt != cur {
 		m.log.Debug("MemTotal changed with no uevent", "old_bytes", cur, "new_bytes", mt)
 		l.arrive(TriggerMemTotal, at, mt < cur, false)

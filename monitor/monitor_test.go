@@ -530,6 +530,35 @@ func TestLossIsNeverHeld(t *testing.T) {
 	h.none()
 }
 
+// Only the actions that take a device away can be a loss; which devices
+// are is topology.IsLoss's table.
+func TestLossActions(t *testing.T) {
+	snap := &topology.Snapshot{CPUs: topology.CPUs{Online: topology.CPUSet{0, 1}},
+		MemoryBlocks: []topology.MemoryBlock{{ID: 3, State: topology.BlockOnline}}}
+	cpu1 := topology.Device{Kind: topology.DeviceCPU, ID: 1}
+	block3 := topology.Device{Kind: topology.DeviceMemory, ID: 3}
+	for _, tc := range []struct {
+		a    uevent.Action
+		want bool
+	}{
+		{uevent.ActionOffline, true},
+		{uevent.ActionRemove, true},
+		{uevent.ActionAdd, false},
+		{uevent.ActionOnline, false},
+		{uevent.ActionChange, false},
+		{uevent.ActionMove, false},
+		{uevent.ActionBind, false},
+		{uevent.ActionUnbind, false},
+		{uevent.ActionUnknown, false},
+	} {
+		for _, dev := range []topology.Device{cpu1, block3} {
+			if got := loss(snap, tc.a, dev); got != tc.want {
+				t.Errorf("loss(%s of %s) = %v, want %v", tc.a, dev, got, tc.want)
+			}
+		}
+	}
+}
+
 func TestQuietWindowExtendsWithEachEvent(t *testing.T) {
 	h := start(t, Config{Quiet: 50 * time.Millisecond, MaxWait: time.Second, MemPoll: -1, Resync: -1})
 	h.machine.set(topology.CPUSet{0, 1, 2}, 4<<30)

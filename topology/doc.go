@@ -10,7 +10,8 @@
 // [FS.Update], which re-reads those objects and the totals capacity
 // depends on, and reads the whole machine ([FS.Snapshot]) whenever what it
 // finds does not square with the previous model. [Diff] names what
-// changed between two snapshots.
+// changed between two snapshots, and [IsLoss] whether an event that takes
+// a device away takes capacity from a model.
 //
 // An [FS] is rooted at a sysfs and a procfs mount point, so the same code
 // reads /sys and /proc on a node and synthetic trees in tests. Reads skip

@@ -272,7 +272,7 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 
 // subscribers are the parts told of every model change, in order: the
 // onliner and the NodeResourceTopology publisher first (they only queue
-// work), then the decision loop.
+// work), then the decision loop, then the kubelet watcher.
 func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []monitor.Subscriber {
 	var subs []monitor.Subscriber
 	if o.autoOnline {
@@ -289,10 +289,15 @@ func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []
 			p.nrt.Publish(snap, since)
 		}))
 	}
+	subs = append(subs, p.agent)
 	if p.watcher != nil {
-		subs = append(subs, p.watcher) // is the kubelet stale against the new machine?
+		// Is the kubelet stale against the new machine? A view that
+		// says so wakes the agent, which must have taken the machine
+		// first: told before it, the watcher woke a pass on the machine
+		// as it was before the change.
+		subs = append(subs, p.watcher)
 	}
-	return append(subs, p.agent)
+	return subs
 }
 
 // detectionInputs opens sysfs and procfs and, unless turned off, the

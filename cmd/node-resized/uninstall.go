@@ -86,7 +86,7 @@ func (u *uninstaller) restoreKubepods(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("read the machine: %w", err)
 	}
 	capac := snap.Capacity()
-	ch, err := e.Restore(ctx, decide.KubepodsLimits(capac, kcfg.Reservations), snap)
+	ch, err := e.Restore(ctx, decide.KubepodsLimits(capac, kcfg.Reservations), snap.CPUs.Online)
 	if err != nil {
 		return "", err
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/cgroup"
-	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/test/vm"
 )
@@ -438,7 +437,7 @@ func (s *scenario) unplugDIMM(t *testing.T, dev string, blocks []string, wantMem
 	logChanges(t, r.changes)
 	st := g.status(t)
 	for i := len(st.Enforce.History) - 1; i >= 0; i-- {
-		if c := st.Enforce.History[i]; c.Action == decide.KindClampCgroups && c.Time.After(mark) {
+		if c := st.Enforce.History[i]; c.Action == cgroup.KindClamp && c.Time.After(mark) {
 			r.clamp = &c
 			break
 		}
