@@ -203,6 +203,15 @@ func (l *loop) run(ctx context.Context) {
 		case req := <-l.m.requests:
 			l.request(req)
 		case p := <-l.m.pings:
+			// A deadline that has passed is handled before the answer,
+			// whichever the select took first: an answer means the loop
+			// has caught up with its clock.
+			select {
+			case <-l.timer.C():
+				l.armed = time.Time{}
+				l.rebuildIfDue()
+			default:
+			}
 			close(p)
 		case <-l.timer.C():
 			l.armed = time.Time{}
@@ -448,14 +457,28 @@ func (l *loop) arm(deadline time.Time) {
 	if deadline.Equal(l.armed) {
 		return
 	}
+	l.stopTimer()
 	l.armed = deadline
 	l.timer.Reset(deadline.Sub(l.clock.Now()))
 }
 
 func (l *loop) disarm() {
 	if !l.armed.IsZero() {
-		l.timer.Stop()
+		l.stopTimer()
 		l.armed = time.Time{}
+	}
+}
+
+// stopTimer stops the timer and takes a tick it sent and the loop has not
+// read yet, so that a stale tick never ends the next deadline early. Go's
+// own timers drop such a tick by themselves; a clock whose timers keep it
+// in a buffered channel (the tests' fake clock) would otherwise block its
+// next tick on the full channel.
+func (l *loop) stopTimer() {
+	l.timer.Stop()
+	select {
+	case <-l.timer.C():
+	default:
 	}
 }
 
