@@ -443,7 +443,7 @@ func (s *installed) layer1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd = waitNode(t, cs, n.Name(), "cpu capacity back", time.Minute, func(nd *corev1.Node) bool {
+	waitNode(t, cs, n.Name(), "cpu capacity back", time.Minute, func(nd *corev1.Node) bool {
 		return nd.Status.Capacity.Cpu().Value() == cpus0
 	})
 	downSeen := time.Since(d0)
