@@ -2,6 +2,7 @@
 #
 #   make run        build, then run the daemon standalone against this machine
 #   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
+#   make vet        go vet (root and test modules), staticcheck (all three)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
 #                   etcd, kube-apiserver and kube-scheduler: about 8 minutes)
@@ -51,9 +52,19 @@ test-unit:
 test-integration:
 	cd test && $(GO) test -race -count=1 -v ./daemon/
 
+# staticcheck at the version tools/go.mod pins (its tool directive), run
+# in each of the three modules: go tool -modfile builds it from the tools
+# module's requirements and caches the binary; staticcheck checks the
+# packages of the module it runs in, and caches its results in
+# ~/.cache/staticcheck.
+STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
+
 vet:
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
+	$(STATICCHECK) ./...
+	cd test && $(STATICCHECK) ./...
+	cd tools && $(STATICCHECK) ./...
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
