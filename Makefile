@@ -2,6 +2,8 @@
 #
 #   make run        build, then run the daemon standalone against this machine
 #   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
+#   make vet        go vet (root and test modules), staticcheck (all three),
+#                   shellcheck (every shell script: lint-sh)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
 #                   etcd, kube-apiserver and kube-scheduler: about 8 minutes)
@@ -27,7 +29,7 @@ RUNFLAGS ?=
 BENCHCOUNT ?= 6
 FUZZTIME ?= 60s
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet fmt install package package-test clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh fmt install package package-test clean
 
 all: build
 
@@ -51,9 +53,28 @@ test-unit:
 test-integration:
 	cd test && $(GO) test -race -count=1 -v ./daemon/
 
-vet:
+# staticcheck at the version tools/go.mod pins (its tool directive), run
+# in each of the three modules: go tool -modfile builds it from the tools
+# module's requirements and caches the binary; staticcheck checks the
+# packages of the module it runs in, and caches its results in
+# ~/.cache/staticcheck.
+STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
+
+vet: lint-sh
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
+	$(STATICCHECK) ./...
+	cd test && $(STATICCHECK) ./...
+	cd tools && $(STATICCHECK) ./...
+
+# shellcheck over every shell script in the tree: the files whose #! line
+# names sh, bash or dash, and the *.sh and *.bash files (the completion has
+# no #! line). .shellcheckrc lets it follow the files a script sources.
+lint-sh:
+	@command -v shellcheck >/dev/null || { echo "make lint-sh: shellcheck is not installed (Debian: apt-get install shellcheck)" >&2; exit 1; }
+	{ git ls-files '*.sh' '*.bash'; \
+	  git ls-files -z | xargs -0 awk 'FNR == 1 { if ($$0 ~ /^#!(.*[\/ ])?(ba|da)?sh( |$$)/) print FILENAME; nextfile }'; } | \
+	  xargs -d '\n' shellcheck
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

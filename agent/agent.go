@@ -176,19 +176,18 @@ type Agent struct {
 
 	mu sync.Mutex // guards the inputs and the status below
 	// Inputs.
-	physical     *decide.Physical
-	snap         *topology.Snapshot
-	since        time.Time // first uevent of the hardware changes no pass has decided on yet
-	configured   types.Configured
-	source       string
-	haveNode     bool
-	eviction     types.EvictionReport
-	stateFileErr bool
-	kubelet      *types.KubeletView  // nil until the first view
-	report       types.RestartReport // of the last restart that ended
-	restarting   bool
-	lastRestart  *RestartRecord
-	restarts     sync.WaitGroup
+	physical    *decide.Physical
+	snap        *topology.Snapshot
+	since       time.Time // first uevent of the hardware changes no pass has decided on yet
+	configured  types.Configured
+	source      string
+	haveNode    bool
+	eviction    types.EvictionReport
+	kubelet     *types.KubeletView  // nil until the first view
+	report      types.RestartReport // of the last restart that ended
+	restarting  bool
+	lastRestart *RestartRecord
+	restarts    sync.WaitGroup
 	// Output.
 	state  decide.State
 	status Status

@@ -274,12 +274,6 @@ func (h *harness) alive() {
 	}
 }
 
-// armed waits until the loop has set its timer for a pending batch.
-func (h *harness) armed() {
-	h.t.Helper()
-	waitFor(h.t, func() bool { return h.clock.Waiters() > h.base })
-}
-
 // fire steps the fake clock to the moment the loop's timer is set for, and
 // returns how far that was: exactly when the pending batch falls due. The
 // loop must be settled with its timer set.

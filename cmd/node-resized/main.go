@@ -43,10 +43,6 @@ func fixProcs(getenv func(string) string) int {
 	return n
 }
 
-// reapplyInterval is how often the kubepods limits are checked against the
-// last decision.
-const reapplyInterval = 30 * time.Second
-
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 

@@ -28,7 +28,7 @@ _node_resizectl() {
 		return 0
 		;;
 	-o | --o | -output | --output)
-		COMPREPLY=($(compgen -W "table json" -- "$cur"))
+		mapfile -t COMPREPLY < <(compgen -W "table json" -- "$cur")
 		return 0
 		;;
 	-kubeconfig | --kubeconfig)
@@ -38,7 +38,7 @@ _node_resizectl() {
 		;;
 	-set | --set)
 		compopt -o nospace 2>/dev/null
-		COMPREPLY=($(compgen -W "cpu= memory= ephemeral-storage= hugepages-2Mi= hugepages-1Gi=" -- "$cur"))
+		mapfile -t COMPREPLY < <(compgen -W "cpu= memory= ephemeral-storage= hugepages-2Mi= hugepages-1Gi=" -- "$cur")
 		return 0
 		;;
 	-cpu | --cpu | -memory | --memory | -ephemeral-storage | --ephemeral-storage | \
@@ -75,12 +75,12 @@ _node_resizectl() {
 		local flags="--socket --output -o --help"
 		[ "$cmd" = "events" ] && flags="$flags --follow -f"
 		[ "$cmd" = "resize" ] && flags="$flags --cpu --memory --ephemeral-storage --hugepages-2Mi --hugepages-1Gi --set --clear --wait --timeout --kubeconfig --node-name"
-		COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+		mapfile -t COMPREPLY < <(compgen -W "$flags" -- "$cur")
 		return 0
 		;;
 	esac
 	if [ -z "$cmd" ]; then
-		COMPREPLY=($(compgen -W "status topology events resync version resize help" -- "$cur"))
+		mapfile -t COMPREPLY < <(compgen -W "status topology events resync version resize help" -- "$cur")
 	fi
 	return 0
 }

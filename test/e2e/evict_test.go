@@ -103,7 +103,7 @@ func TestEmergencyEviction(t *testing.T) {
 	if err := pdbs.Delete(ctx, pdb.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n = e.waitNode("Accepted after the eviction", func(n *corev1.Node) bool {
+	e.waitNode("Accepted after the eviction", func(n *corev1.Node) bool {
 		c := condition(n)
 		q := n.Status.Capacity[corev1.ResourceMemory]
 		return c != nil && c.Reason == "Accepted" && q.Value() == 2<<30

@@ -32,7 +32,7 @@ const (
 	evictionHardMemory      = 100 << 20
 	installedDIMM           = 1 << 30
 	balloonBy               = 512 << 20
-	watchdogSec             = 30 * time.Second
+	watchdogTimeout         = 30 * time.Second // the unit's WatchdogSec=
 	configuredAnnotation    = "node-resized.io/configured-capacity"
 )
 
@@ -262,8 +262,8 @@ func (s *installed) watchdog(t *testing.T) {
 		s.timing("watchdog: fired %v after SIGSTOP (WatchdogSec=30s), new MainPID active after %v", after.Round(time.Millisecond), back.Round(time.Millisecond))
 		// The daemon pings every WatchdogSec/2: the timeout comes 15-30 s
 		// after the stop; a second of slack for the guest's clock reads.
-		if after > watchdogSec+time.Second {
-			t.Errorf("the watchdog fired %v after the SIGSTOP, want within WatchdogSec %v", after, watchdogSec)
+		if after > watchdogTimeout+time.Second {
+			t.Errorf("the watchdog fired %v after the SIGSTOP, want within WatchdogSec %v", after, watchdogTimeout)
 		}
 	}
 	if _, err := n.Run(ctx, "test ! -e /proc/"+pid0); err != nil {
@@ -443,7 +443,7 @@ func (s *installed) layer1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd = waitNode(t, cs, n.Name(), "cpu capacity back", time.Minute, func(nd *corev1.Node) bool {
+	waitNode(t, cs, n.Name(), "cpu capacity back", time.Minute, func(nd *corev1.Node) bool {
 		return nd.Status.Capacity.Cpu().Value() == cpus0
 	})
 	downSeen := time.Since(d0)

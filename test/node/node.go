@@ -405,7 +405,7 @@ func (n *Node) waitReady(ctx context.Context, timeout time.Duration, logf func(s
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last string
-	lastErr := errors.New("not polled yet")
+	var lastErr error // set by every poll, before the first wait
 	for {
 		node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err == nil {

@@ -177,7 +177,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	done0 := daemonMetric(t, n, restartsDone)
 	mark := guestNow(t, n)
 	r.mark = mark
-	off := mark.Sub(time.Now()) // guest clock - this machine's clock
+	off := time.Until(mark) // guest clock - this machine's clock
 	if err := add(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +638,7 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 		})
 		pid0 := kubeletPID(t, n)
 		mark := guestNow(t, n)
-		off := mark.Sub(time.Now())
+		off := time.Until(mark)
 		if _, err := n.HotAddCPU(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -736,7 +736,7 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 	t.Helper()
 	n, cs := s.n, s.admin
 	var r relayAdoption
-	off := guestNow(t, n).Sub(time.Now()) // guest clock - this machine's clock
+	off := time.Until(guestNow(t, n)) // guest clock - this machine's clock
 	patches := waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second)
 	lat, ok := patches[0].latency()
 	if !ok {

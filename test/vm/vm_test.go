@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,12 +54,9 @@ func needKernel(t *testing.T) Kernel {
 // buildProbe compiles testdata/probe as a static binary.
 func buildProbe(t *testing.T, dir string) string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	out := filepath.Join(dir, "probe")
-	cmd := exec.Command(goTool, "build", "-o", out, "./testdata/probe")
+	// go test puts the go command of its own GOROOT first on $PATH.
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/probe")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build probe: %v\n%s", err, b)

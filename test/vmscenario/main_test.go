@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -214,16 +213,13 @@ func findKernel() (vm.Kernel, error) {
 // out of the 96Mi the kubelet configuration reserves for the system (see
 // oomInKubepods).
 func goBuild(out, pkg, dir string) error {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err = filepath.Abs(out)
+	out, err := filepath.Abs(out)
 	if err != nil {
 		return err
 	}
 	// The tags of make build: the daemon must fit the guest as shipped.
-	cmd := exec.Command(goTool, "build", "-tags", "grpcnotrace", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	// go test puts the go command of its own GOROOT first on $PATH.
+	cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
