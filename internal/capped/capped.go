@@ -33,12 +33,20 @@ func ReadFile(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return Read(f, max)
+}
+
+// Read reads f from its current offset to its end, at most max bytes, for a
+// caller that opened f itself (to choose its flags, or to check it with
+// f.Stat first). It does not close f. Its errors are ReadFile's, naming
+// f.Name().
+func Read(f *os.File, max int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) > max {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: tooLarge{max}}
+		return nil, &fs.PathError{Op: "read", Path: f.Name(), Err: tooLarge{max}}
 	}
 	return b, nil
 }
