@@ -1,10 +1,12 @@
 package decide
 
 import (
-	"github.com/node-resized/node-resized/types"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/types"
 )
 
 // StateVersion is the version of the State layout that Decide writes.
@@ -71,4 +73,64 @@ func (s State) clone() State {
 	s.Physical = s.Physical.Clone()
 	s.EmergencyTarget = s.EmergencyTarget.Clone()
 	return s
+}
+
+// MaxClockSkew is how far in the future a time in a State may be and still
+// be taken for the clock's error rather than a forged or corrupt file.
+const MaxClockSkew = 5 * time.Minute
+
+// Validate reports why s, read back from disk, is not a State that Decide
+// could have written, or nil: a version other than StateVersion, a negative
+// generation or resource amount, a time later than now plus MaxClockSkew,
+// or an eviction in flight towards a target that is not a list of known
+// resources with positive amounts within the recorded physical capacity.
+// It is a pure function of s and now.
+func (s State) Validate(now time.Time) error {
+	if s.Version != StateVersion {
+		return fmt.Errorf("version %d, want %d", s.Version, StateVersion)
+	}
+	if s.Generation < 0 {
+		return fmt.Errorf("generation %d is negative", s.Generation)
+	}
+	for _, l := range []struct {
+		field string
+		list  resources.List
+	}{{"applied", s.Applied}, {"physical", s.Physical}, {"emergencyTarget", s.EmergencyTarget}} {
+		for _, name := range l.list.Names() {
+			if v := l.list[name]; v < 0 {
+				return fmt.Errorf("%s %s is negative (%d)", l.field, name, v)
+			}
+		}
+	}
+	latest := now.Add(MaxClockSkew)
+	for _, t := range []struct {
+		field string
+		at    time.Time
+	}{{"changedAt", s.ChangedAt}, {"restartAt", s.RestartAt}, {"restartFailedAt", s.RestartFailedAt}} {
+		if t.at.After(latest) {
+			return fmt.Errorf("%s %s is in the future (now %s)", t.field, t.at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+	}
+	if s.Evicting {
+		if s.Generation == 0 {
+			return errors.New("evicting at generation 0, before any change was applied")
+		}
+		if len(s.Applied) == 0 {
+			return errors.New("evicting with no applied capacity")
+		}
+		for _, name := range s.Applied.Names() {
+			v := s.Applied[name]
+			switch {
+			case !resources.Known(name):
+				return fmt.Errorf("evicting towards unknown resource %q", name)
+			case v <= 0:
+				return fmt.Errorf("evicting towards applied %s %d, want a positive amount", name, v)
+			}
+			if p, ok := s.Physical[name]; ok && v > p {
+				return fmt.Errorf("evicting towards applied %s %s, more than the recorded physical %s",
+					name, resources.Format(name, v), resources.Format(name, p))
+			}
+		}
+	}
+	return nil
 }
