@@ -212,11 +212,11 @@ func New(cfg Config, relay Relay) *Agent {
 	}
 	a := &Agent{cfg: cfg, clock: cfg.Clock, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
 	if cfg.StatePath != "" {
-		st, err := LoadState(cfg.StatePath)
+		st, err := LoadState(cfg.StatePath, a.clock.Now())
 		switch {
 		case err != nil:
 			a.m.ResizeErrors.WithLabelValues("state_file").Inc()
-			a.log.Warn("read the state file; starting from a fresh state", "path", cfg.StatePath, "err", err)
+			a.log.Warn("state file not used; starting from a fresh state", "path", cfg.StatePath, "err", err)
 		case st != nil:
 			a.state = *st
 			a.exportCondition(st.Condition.Reason)

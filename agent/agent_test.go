@@ -273,7 +273,7 @@ func TestCorruptStateFileIsMovedAside(t *testing.T) {
 	}
 	hw(r, 2, 0)
 	r.settle(types.ReasonAccepted, 2)
-	if _, err := LoadState(state); err != nil {
+	if _, err := LoadState(state, time.Now()); err != nil {
 		t.Errorf("the new state file does not load: %v", err)
 	}
 }
@@ -285,7 +285,7 @@ func TestSaveStateIsAtomic(t *testing.T) {
 	if err := SaveState(path, st); err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadState(path)
+	got, err := LoadState(path, time.Now())
 	if err != nil || got == nil || got.Generation != 7 || got.Spec != st.Spec {
 		t.Fatalf("LoadState = %+v, %v", got, err)
 	}
@@ -293,7 +293,7 @@ func TestSaveStateIsAtomic(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
 	}
-	if got, err := LoadState(filepath.Join(dir, "absent.json")); got != nil || err != nil {
+	if got, err := LoadState(filepath.Join(dir, "absent.json"), time.Now()); got != nil || err != nil {
 		t.Errorf("LoadState of a missing file = %v, %v; want nil, nil", got, err)
 	}
 }

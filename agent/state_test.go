@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/node-resized/node-resized/decide"
 )
@@ -38,7 +39,7 @@ func TestRemoveState(t *testing.T) {
 	if want := []string{"other.json", "other.json.tmp-1", "state.json.corrupt-20260101T000000"}; !slices.Equal(left, want) {
 		t.Errorf("left %v, want %v", left, want)
 	}
-	if st, err := LoadState(path); st != nil || err != nil {
+	if st, err := LoadState(path, time.Now()); st != nil || err != nil {
 		t.Errorf("LoadState after the removal = %+v, %v; want no state", st, err)
 	}
 	if removed, err := RemoveState(path); err != nil || removed {
