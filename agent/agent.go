@@ -212,6 +212,13 @@ func New(cfg Config, relay Relay) *Agent {
 	}
 	a := &Agent{cfg: cfg, clock: cfg.Clock, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
 	if cfg.StatePath != "" {
+		removed, err := RemoveStaleTemps(cfg.StatePath)
+		if len(removed) > 0 {
+			a.log.Info("removed the temporary files of an interrupted state save", "files", removed)
+		}
+		if err != nil {
+			a.log.Warn("remove the temporary files of an interrupted state save", "path", cfg.StatePath, "err", err)
+		}
 		st, err := LoadState(cfg.StatePath, a.clock.Now())
 		switch {
 		case err != nil:

@@ -136,6 +136,45 @@ func moveAside(path string, now time.Time, why error) error {
 	return fmt.Errorf("state file %s %w; moved to %s, node-resized starts fresh", path, why, aside)
 }
 
+// RemoveStaleTemps removes the temporary files that a SaveState cut short
+// (the daemon killed between its create and its rename) left beside the
+// state file at path, and returns the paths it removed. It is for the
+// daemon's start, before any save: it takes only the names SaveState makes
+// (BASE.tmp- and digits), and only regular files owned by the daemon's
+// user, so that nothing else in the directory is touched.
+func RemoveStaleTemps(path string) ([]string, error) {
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp-"
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state directory %s: %w", dir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		suffix, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || suffix == "" || strings.Trim(suffix, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+			continue
+		}
+		tmp := filepath.Join(dir, e.Name())
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove temporary state file %s: %w", tmp, err))
+			continue
+		}
+		removed = append(removed, tmp)
+	}
+	return removed, errors.Join(errs...)
+}
+
 // SaveState writes the state file atomically: a temporary file in the same
 // directory, synced, renamed over the old one, and the directory synced, so
 // that a crash leaves the old state or the new one, never a torn file.
