@@ -83,7 +83,8 @@ const MaxClockSkew = 5 * time.Minute
 // could have written, or nil: a version other than StateVersion, a negative
 // generation or resource amount, a time later than now plus MaxClockSkew,
 // or an eviction in flight towards a target that is not a list of known
-// resources with positive amounts within the recorded physical capacity.
+// resources within the recorded physical capacity, with positive cpu and
+// memory.
 // It is a pure function of s and now.
 func (s State) Validate(now time.Time) error {
 	if s.Version != StateVersion {
@@ -123,7 +124,10 @@ func (s State) Validate(now time.Time) error {
 			switch {
 			case !resources.Known(name):
 				return fmt.Errorf("evicting towards unknown resource %q", name)
-			case v <= 0:
+			case v <= 0 && resources.QoSCompute(name):
+				// What an eviction brings the pods within is their cpu
+				// and memory; a machine without huge pages of a size
+				// applies 0 of them, which is no sign of a bad file.
 				return fmt.Errorf("evicting towards applied %s %d, want a positive amount", name, v)
 			}
 			if p, ok := s.Physical[name]; ok && v > p {

@@ -44,6 +44,9 @@ func TestStateValidate(t *testing.T) {
 		{name: "restart failed in the future", change: func(s *State) { s.RestartFailedAt = now.Add(24 * time.Hour) }, want: "restartFailedAt"},
 		{name: "evicting at generation 0", change: func(s *State) { s.Generation = 0 }, want: "generation 0"},
 		{name: "evicting, nothing applied", change: func(s *State) { s.Applied = nil }, want: "no applied capacity"},
+		{name: "evicting on a machine without huge pages", change: func(s *State) {
+			s.Applied["hugepages-1Gi"], s.Applied["hugepages-2Mi"], s.Physical["hugepages-1Gi"], s.Physical["hugepages-2Mi"] = 0, 0, 0, 0
+		}},
 		{name: "evicting towards zero cpu", change: func(s *State) { s.Applied["cpu"] = 0 }, want: "applied cpu 0"},
 		{name: "evicting towards an unknown resource", change: func(s *State) { s.Applied["bogus"] = 1 }, want: `unknown resource "bogus"`},
 		{name: "evicting beyond the machine", change: func(s *State) { s.Applied["memory"] = 16 << 30 }, want: "more than the recorded physical 8Gi"},
