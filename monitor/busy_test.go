@@ -74,3 +74,26 @@ func noChange(t *testing.T, h *harness) {
 	default:
 	}
 }
+
+// A MemTotal gain the watch sees while the auto-onliner is still onlining
+// (a block onlined before its uevent reached the loop) joins the burst:
+// the DIMM's blocks are one change, not a MemTotal change and then the rest.
+func TestBusyHoldsAMemTotalGain(t *testing.T) {
+	var busy atomic.Bool
+	h := start(t, Config{Quiet: 20 * time.Millisecond, MaxWait: 500 * time.Millisecond, MemPoll: time.Second, Resync: -1, Busy: busy.Load})
+	busy.Store(true)
+	h.machine.set(topology.CPUSet{0, 1}, 4<<30+128<<20)
+	h.clock.Step(time.Second) // the watch sees the first block's memory
+	h.alive()
+	noChange(t, h)
+	h.machine.set(topology.CPUSet{0, 1}, 4<<30+2*128<<20)
+	h.src.injectDev("/devices/system/memory/memory32", "memory", uevent.ActionOnline, 1)
+	busy.Store(false)
+	h.src.injectDev("/devices/system/memory/memory33", "memory", uevent.ActionOnline, 2)
+	h.settle()
+	h.fire()
+	c := h.next()
+	if c.Events != 2 || c.Capacity[resources.Memory] != 4<<30+2*128<<20 {
+		t.Errorf("change of %d events, memory %d; want both blocks in one, the MemTotal gain with them", c.Events, c.Capacity[resources.Memory])
+	}
+}

@@ -302,7 +302,11 @@ func (l *loop) pollMemTotal(at time.Time) {
 	cur := snap.MemTotal
 	if mt != cur {
 		m.log.Debug("MemTotal changed with no uevent", "old_bytes", cur, "new_bytes", mt)
-		l.arrive(TriggerMemTotal, at, mt < cur, false)
+		// A gain while the auto-onliner is still onlining is one of its
+		// blocks seen before its uevent: it joins the onliner's burst
+		// rather than leading a change of its own.
+		busy := m.cfg.Busy
+		l.arrive(TriggerMemTotal, at, mt < cur, mt > cur && busy != nil && busy())
 	}
 }
 
