@@ -16,9 +16,10 @@ import (
 // distributions.
 const DefaultUnit = "kubelet.service"
 
-// UnitControl is what Restarter needs of systemd: its unit's jobs, each
-// waited for. *systemd.Client satisfies it.
+// UnitControl is what Restarter needs of systemd: its unit's state and
+// jobs, each waited for. *systemd.Client satisfies it.
 type UnitControl interface {
+	UnitState(ctx context.Context, unit string) (systemd.UnitState, error)
 	Restart(ctx context.Context, unit string) (systemd.JobResult, error)
 	Stop(ctx context.Context, unit string) (systemd.JobResult, error)
 	Start(ctx context.Context, unit string) (systemd.JobResult, error)

@@ -50,6 +50,14 @@ func (u *recordingUnits) job(kind string) (systemd.JobResult, error) {
 	return u.result, nil
 }
 
+func (u *recordingUnits) UnitState(_ context.Context, unit string) (systemd.UnitState, error) {
+	st := systemd.UnitState{Unit: unit, LoadState: "loaded", ActiveState: "inactive", SubState: "dead"}
+	if u.active {
+		st.ActiveState, st.SubState = "active", "running"
+	}
+	return st, nil
+}
+
 func (u *recordingUnits) Restart(context.Context, string) (systemd.JobResult, error) {
 	return u.job("restart")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -110,6 +111,7 @@ func exportSystemd(t *testing.T, addr, unit, active, result string) *fakeSystemd
 			"ActiveState":          {Value: active},
 			"SubState":             {Value: map[bool]string{true: "running", false: "dead"}[active == "active"]},
 			"ActiveEnterTimestamp": {Value: started + 1000},
+			"DropInPaths":          {Value: []string{"/usr/lib/systemd/system/" + unit + ".d/10-test.conf"}},
 		},
 		"org.freedesktop.systemd1.Service": {
 			"MainPID":                {Value: uint32(100)},
@@ -237,13 +239,14 @@ func TestRestartDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := UnitState{Unit: testUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 100,
+		DropInPaths: []string{"/usr/lib/systemd/system/" + testUnit + ".d/10-test.conf"},
 		MainStart:   time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		ActiveEnter: time.Date(2026, 1, 2, 3, 4, 5, 1000000, time.UTC)}
 	if !before.MainStart.Equal(want.MainStart) || !before.ActiveEnter.Equal(want.ActiveEnter) {
 		t.Errorf("times %v %v, want %v %v", before.MainStart, before.ActiveEnter, want.MainStart, want.ActiveEnter)
 	}
 	before.MainStart, before.ActiveEnter, want.MainStart, want.ActiveEnter = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	if before != want {
+	if !reflect.DeepEqual(before, want) {
 		t.Errorf("state %+v, want %+v", before, want)
 	}
 

@@ -20,6 +20,8 @@ type UnitState struct {
 	// main process last started; zero when systemd reports none.
 	ActiveEnter time.Time `json:"activeEnter,omitzero"`
 	MainStart   time.Time `json:"mainStart,omitzero"`
+	// DropInPaths are the unit's drop-in files, as systemd loaded them.
+	DropInPaths []string `json:"dropInPaths,omitempty"`
 }
 
 // Active reports whether the unit is active (ActiveState "active").
@@ -35,7 +37,7 @@ func (u UnitState) Started() time.Time {
 }
 
 // UnitState reads the unit's state: the Unit interface's ActiveState,
-// SubState, LoadState and ActiveEnterTimestamp, and the Service interface's
+// SubState, LoadState, ActiveEnterTimestamp and DropInPaths, and the Service interface's
 // MainPID, ExecMainStartTimestamp and NRestarts.
 func (c *Client) UnitState(ctx context.Context, unit string) (UnitState, error) {
 	conn, err := c.connect()
@@ -55,6 +57,7 @@ func (c *Client) UnitState(ctx context.Context, unit string) (UnitState, error) 
 	st.ActiveState, _ = up["ActiveState"].(string)
 	st.SubState, _ = up["SubState"].(string)
 	st.ActiveEnter = usecTime(up["ActiveEnterTimestamp"])
+	st.DropInPaths, _ = up["DropInPaths"].([]string)
 	st.MainPID, _ = sp["MainPID"].(uint32)
 	st.NRestarts, _ = sp["NRestarts"].(uint32)
 	st.MainStart = usecTime(sp["ExecMainStartTimestamp"])
