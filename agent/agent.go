@@ -652,15 +652,24 @@ func (a *Agent) evict(ctx context.Context, x decide.Evict, snap *topology.Snapsh
 
 // resumeEviction takes up, on the first pass of this process, the eviction
 // of the generation the state file remembers: the daemon stopped while
-// evicting, and it would never finish otherwise.
+// evicting, and it would never finish otherwise. The file only says that
+// one was running: it is resumed when this pass, decided on the machine as
+// it is, keeps that generation evicting, and towards what the pass
+// applies, so that a file cannot steer it (a machine that grew back, or a
+// file that evicts towards less than the machine has, evicts nothing).
 func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.Decision, snap *topology.Snapshot) {
 	if !in.Previous.Evicting || a.cfg.Evictor == nil || hasKind(d.Actions, decide.KindEvict) {
 		return
 	}
+	if !d.Next.Evicting || d.Next.Generation != in.Previous.Generation {
+		a.log.Info("the eviction the state file remembers is not resumed: the machine as it is does not call for it",
+			"generation", in.Previous.Generation, "applied", in.Previous.Applied.String(), "target", d.Target.String())
+		return
+	}
 	a.cfg.Evictor.Start(ctx, decide.Evict{
-		Generation:  in.Previous.Generation,
-		Capacity:    in.Previous.Applied,
-		Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
+		Generation:  d.Next.Generation,
+		Capacity:    d.Next.Applied.Clone(),
+		Allocatable: decide.Allocatable(d.Next.Applied, a.cfg.Reservations),
 		Reason:      types.EvictionReason,
 	}, onlineCPUs(snap), a.ReportEviction)
 }
