@@ -87,3 +87,23 @@ func shortDuration(d time.Duration) string {
 	}
 	return s
 }
+
+// Budget returns the restart budget p sets, its defaults applied: at most
+// n restarts in any window.
+func (p Policy) Budget() (n int, window time.Duration) {
+	p = p.withDefaults()
+	return p.RestartBudget, p.RestartBudgetWindow
+}
+
+// RecentRestarts returns the restarts of s that count against p's budget
+// at now, oldest first.
+func (p Policy) RecentRestarts(s State, now time.Time) []time.Time {
+	_, window := p.Budget()
+	return recentRestarts(s.Restarts, now, window)
+}
+
+// FormatBudget renders a restart budget as the daemon's flag takes it:
+// "3/20m".
+func FormatBudget(n int, window time.Duration) string {
+	return fmt.Sprintf("%d/%s", n, shortDuration(window))
+}
