@@ -107,3 +107,20 @@ func (p Policy) RecentRestarts(s State, now time.Time) []time.Time {
 func FormatBudget(n int, window time.Duration) string {
 	return fmt.Sprintf("%d/%s", n, shortDuration(window))
 }
+
+// ParseBudget parses a restart budget as FormatBudget renders it, "N/WINDOW"
+// ("3/20m"): at most N restarts (1 to MaxRestartHistory) in any WINDOW (a
+// positive duration).
+func ParseBudget(s string) (n int, window time.Duration, err error) {
+	count, dur, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("restart budget %q: want N/WINDOW, such as 3/20m", s)
+	}
+	if _, err := fmt.Sscanf(count, "%d", &n); err != nil || fmt.Sprint(n) != count || n < 1 || n > MaxRestartHistory {
+		return 0, 0, fmt.Errorf("restart budget %q: want a count of restarts from 1 to %d before the /", s, MaxRestartHistory)
+	}
+	if window, err = time.ParseDuration(dur); err != nil || window <= 0 {
+		return 0, 0, fmt.Errorf("restart budget %q: want a positive duration after the /, such as 20m", s)
+	}
+	return n, window, nil
+}

@@ -301,3 +301,43 @@ func TestChangeDuringRestart(t *testing.T) {
 	d = r.at(shipped.SettleDelay+shipped.RestartInterval+time.Second, nil)
 	r.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 }
+
+// TestParseBudget: the flag's syntax, and that FormatBudget is its inverse.
+func TestParseBudget(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		n      int
+		window time.Duration
+		err    string
+	}{
+		{in: "3/20m", n: 3, window: 20 * time.Minute},
+		{in: "1/1h30m", n: 1, window: 90 * time.Minute},
+		{in: "64/10s", n: 64, window: 10 * time.Second},
+		{in: "3", err: "want N/WINDOW"},
+		{in: "0/20m", err: "from 1 to 64"},
+		{in: "65/20m", err: "from 1 to 64"},
+		{in: "-1/20m", err: "from 1 to 64"},
+		{in: "3x/20m", err: "from 1 to 64"},
+		{in: "/20m", err: "from 1 to 64"},
+		{in: "3/", err: "positive duration"},
+		{in: "3/0s", err: "positive duration"},
+		{in: "3/-5m", err: "positive duration"},
+		{in: "3/20", err: "positive duration"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			n, w, err := ParseBudget(tc.in)
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("ParseBudget(%q) = %d, %v, %v; want an error with %q", tc.in, n, w, err, tc.err)
+				}
+				return
+			case err != nil || n != tc.n || w != tc.window:
+				t.Fatalf("ParseBudget(%q) = %d, %v, %v; want %d, %v", tc.in, n, w, err, tc.n, tc.window)
+			}
+			if n2, w2, err := ParseBudget(FormatBudget(n, w)); err != nil || n2 != n || w2 != w {
+				t.Fatalf("FormatBudget(%d, %v) = %q does not parse back: %d, %v, %v", n, w, FormatBudget(n, w), n2, w2, err)
+			}
+		})
+	}
+}
