@@ -154,6 +154,15 @@ type KubeletStatus struct {
 	// one ended.
 	Restarting  bool           `json:"restarting,omitempty"`
 	LastRestart *RestartRecord `json:"lastRestart,omitempty"`
+	// RestartBudget is the most restarts node-resized makes in any window
+	// of the given length ("3/20m"), RecentRestarts the restarts it asked
+	// for in the window now, oldest first. RestartWaiting says what a
+	// restart that is needed and allowed waits for (settle, interval,
+	// budget), and NextRestart until when.
+	RestartBudget  string      `json:"restartBudget"`
+	RecentRestarts []time.Time `json:"recentRestarts,omitempty"`
+	RestartWaiting string      `json:"restartWaiting,omitempty"`
+	NextRestart    time.Time   `json:"nextRestart,omitzero"`
 }
 
 // RestartRecord is one kubelet restart the daemon did.
@@ -696,6 +705,7 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
 	a.exportCondition(d.Condition.Reason)
+	waited := a.status.Kubelet != nil && a.status.Kubelet.RestartWaiting == decide.RestartWaitBudget
 	a.status = Status{
 		Configured:       p.in.Configured,
 		ConfiguredSource: p.source,
@@ -716,9 +726,16 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	}
 	if v := a.kubelet; v != nil {
 		a.status.Kubelet = &KubeletStatus{KubeletView: *v, Restart: a.cfg.KubeletRestart, RestartBlocked: p.in.Kubelet.RestartBlocked,
-			Restarting: a.restarting, LastRestart: a.lastRestart}
+			Restarting: a.restarting, LastRestart: a.lastRestart,
+			RestartBudget:  decide.FormatBudget(a.cfg.Policy.Budget()),
+			RecentRestarts: a.cfg.Policy.RecentRestarts(d.Next, p.in.Now),
+			RestartWaiting: d.RestartWaiting, NextRestart: d.RestartNotBefore}
 	}
 	a.mu.Unlock()
+	if d.RestartWaiting == decide.RestartWaitBudget && !waited {
+		a.log.Info("the kubelet restart waits for the restart budget", "budget", decide.FormatBudget(a.cfg.Policy.Budget()),
+			"until", d.RestartNotBefore, "restarts", a.cfg.Policy.RecentRestarts(d.Next, p.in.Now))
+	}
 	if changed && a.cfg.StatePath != "" {
 		if err := SaveState(a.cfg.StatePath, d.Next); err != nil {
 			a.m.ResizeErrors.WithLabelValues("state_file").Inc()

@@ -78,6 +78,12 @@ type Decision struct {
 	// caller whose verdict costs file reads (the kubelet's checkpoints)
 	// may decide without it first and read only when this is true.
 	RestartConsidered bool
+	// RestartWaiting says what a kubelet restart that is needed and
+	// allowed waits for (RestartWaitSettle, RestartWaitInterval,
+	// RestartWaitBudget; empty when none waits), and RestartNotBefore
+	// until when.
+	RestartWaiting   string
+	RestartNotBefore time.Time
 	// Err reports input that was refused (*RejectedError): a nonsense
 	// physical reading, which leaves everything as it was, or a malformed
 	// or unsupported configured capacity, which is Infeasible. It is set on
@@ -144,6 +150,8 @@ func Decide(in Input) Decision {
 		RequeueAfter:      ks.requeue,
 		Ignored:           p.ev.ignored,
 		RestartConsidered: ks.considered,
+		RestartWaiting:    ks.waitFor,
+		RestartNotBefore:  ks.until,
 		Err:               configuredError(p.ev),
 	}
 }

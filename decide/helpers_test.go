@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/node-resized/node-resized/types"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,23 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			}
 		}
 	}
+	// The restart budget holds, whatever the input: no restart while the
+	// window holds the budget's worth.
+	pol := in.Policy.withDefaults()
+	if hasKind(d.Actions, KindRestartKubelet) {
+		var within int
+		for _, at := range in.Previous.Restarts {
+			if in.Now.Sub(at) < pol.RestartBudgetWindow {
+				within++
+			}
+		}
+		if within >= pol.RestartBudget {
+			t.Fatalf("a kubelet restart with %d restarts in the last %s already (budget %d)", within, pol.RestartBudgetWindow, pol.RestartBudget)
+		}
+	}
+	if len(d.Next.Restarts) > pol.RestartBudget {
+		t.Fatalf("%d restarts kept, more than the budget %d", len(d.Next.Restarts), pol.RestartBudget)
+	}
 	// State survives a JSON round trip (it is written to a file).
 	b, err := json.Marshal(d.Next)
 	if err != nil {
@@ -218,6 +236,11 @@ func statesEqual(a, b State) bool {
 		}
 		if len(s.EmergencyTarget) == 0 {
 			s.EmergencyTarget = nil
+		}
+		// The restart history's times, as the clock gave them.
+		s.Restarts = slices.Clone(s.Restarts)
+		for i := range s.Restarts {
+			s.Restarts[i] = s.Restarts[i].UTC()
 		}
 		return fmt.Sprintf("%+v", s)
 	}

@@ -3,6 +3,7 @@ package decide
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
@@ -53,6 +54,11 @@ type State struct {
 	// Policy.RestartTimeout passes).
 	RestartAt      time.Time `json:"restartAt,omitempty"`
 	RestartPending bool      `json:"restartPending,omitempty"`
+	// Restarts are the times of the kubelet restarts Decide asked for
+	// within the restart budget's window, oldest first (at most
+	// Policy.RestartBudget of them): the budget's history, kept across a
+	// daemon restart.
+	Restarts []time.Time `json:"restarts,omitempty"`
 	// RestartFailed says why the restart asked for at RestartAt failed,
 	// and RestartFailedAt when that was found; no restart is asked for
 	// again until Applied changes after it.
@@ -72,6 +78,7 @@ func (s State) clone() State {
 	s.Applied = s.Applied.Clone()
 	s.Physical = s.Physical.Clone()
 	s.EmergencyTarget = s.EmergencyTarget.Clone()
+	s.Restarts = slices.Clone(s.Restarts)
 	return s
 }
 
@@ -82,7 +89,8 @@ const MaxClockSkew = 5 * time.Minute
 // Validate reports why s, read back from disk, is not a State that Decide
 // could have written, or nil: a version other than StateVersion, a negative
 // generation or resource amount, a time later than now plus MaxClockSkew,
-// or an eviction in flight towards a target that is not a list of known
+// a restart history longer than MaxRestartHistory, out of order or with a
+// zero time, or an eviction in flight towards a target that is not a list of known
 // resources within the recorded physical capacity, with positive cpu and
 // memory.
 // It is a pure function of s and now.
@@ -110,6 +118,19 @@ func (s State) Validate(now time.Time) error {
 	}{{"changedAt", s.ChangedAt}, {"restartAt", s.RestartAt}, {"restartFailedAt", s.RestartFailedAt}} {
 		if t.at.After(latest) {
 			return fmt.Errorf("%s %s is in the future (now %s)", t.field, t.at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+	}
+	if n := len(s.Restarts); n > MaxRestartHistory {
+		return fmt.Errorf("restarts: %d of them, more than the %d kept", n, MaxRestartHistory)
+	}
+	for i, at := range s.Restarts {
+		switch {
+		case at.IsZero():
+			return fmt.Errorf("restarts[%d] is the zero time", i)
+		case at.After(latest):
+			return fmt.Errorf("restarts[%d] %s is in the future (now %s)", i, at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		case i > 0 && at.Before(s.Restarts[i-1]):
+			return fmt.Errorf("restarts[%d] %s is before restarts[%d]: not oldest first", i, at.UTC().Format(time.RFC3339), i-1)
 		}
 	}
 	if s.Evicting {

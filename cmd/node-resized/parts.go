@@ -222,9 +222,11 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 		Logger:       log,
 		Metrics:      m,
 		Policy: decide.Policy{
-			SettleDelay:     o.kubeletSettle,
-			RestartInterval: o.kubeletMinInterval,
-			RestartTimeout:  o.kubeletRestartTimeout,
+			SettleDelay:         o.kubeletSettle,
+			RestartInterval:     o.kubeletMinInterval,
+			RestartTimeout:      o.kubeletRestartTimeout,
+			RestartBudget:       o.kubeletBudgetN,
+			RestartBudgetWindow: o.kubeletBudgetWindow,
 			// Standalone there is no Node to taint.
 			TaintWhileStale: o.taintWhileStale && relay != nil,
 		},
