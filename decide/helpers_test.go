@@ -164,7 +164,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			t.Fatalf("allocatable %s=%d not within [0, target %d]", name, a, v)
 		}
 	}
-	if d.Condition.Reason == types.ReasonInfeasible && actuates(d) {
+	if d.Condition.Reason == types.ReasonInfeasible && actuates(d, KindReassertCgroups) {
 		t.Fatalf("Infeasible decision actuates: %v", kinds(d.Actions))
 	}
 	if !d.Next.Condition.Same(d.Condition) {
@@ -228,6 +228,7 @@ func statesEqual(a, b State) bool {
 	norm := func(s State) string {
 		s.Condition.LastTransitionTime = s.Condition.LastTransitionTime.UTC()
 		s.ChangedAt, s.RestartAt, s.RestartFailedAt = s.ChangedAt.UTC(), s.RestartAt.UTC(), s.RestartFailedAt.UTC()
+		s.LimitsFailedAt = s.LimitsFailedAt.UTC()
 		if len(s.Applied) == 0 {
 			s.Applied = nil
 		}
@@ -259,10 +260,11 @@ func zeroFilledEqual(a, b resources.List) bool {
 	return true
 }
 
-// actuates reports whether any of the decision's actions changes the node.
-func actuates(d Decision) bool {
+// actuates reports whether any of the decision's actions changes the node,
+// those of the kinds in but left aside.
+func actuates(d Decision, but ...ActionKind) bool {
 	for _, a := range d.Actions {
-		if a.Actuates() {
+		if a.Actuates() && !slices.Contains(but, a.Kind()) {
 			return true
 		}
 	}

@@ -266,6 +266,9 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		if k.Taint != "" {
 			fmt.Fprintf(tw, "Taint:\t%s (new pods kept off until the kubelet has adopted the change)\n", k.Taint)
 		}
+		if k.LimitsFailed != "" {
+			fmt.Fprintf(tw, "Clamp:\tNOT LANDED, retrying: %s\n", k.LimitsFailed)
+		}
 	}
 	if k := st.Kubelet; k != nil {
 		printKubelet(tw, k, st.Now)
