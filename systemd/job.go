@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/node-resized/node-resized/internal/fault"
 )
 
 // JobResult is the result systemd reports for a job in its JobRemoved
@@ -81,6 +84,7 @@ func (c *Client) job(ctx context.Context, unit, what string,
 	if _, err := call(conn, ctx, unit, "replace", done); err != nil {
 		return "", c.callError(conn, what+" "+unit, err)
 	}
+	fault.Point(strings.TrimSuffix(unit, ".service") + "-" + what + "-queued") // kubelet-stop-queued
 	tick := time.NewTicker(c.poll)
 	defer tick.Stop()
 	for {
