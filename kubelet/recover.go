@@ -162,16 +162,54 @@ func (r *Restarter) rewriteStart(ctx context.Context, unit string, snap *topolog
 		}
 	}
 	fault.Point("kubelet-before-start")
+	// The start is queued whatever happens; its result is not awaited
+	// once this process stops: node-resized.service is ordered before
+	// kubelet.service, so systemd runs the start only after the daemon's
+	// own stop job, which waits for this.
 	sctx, cancel = context.WithTimeout(ctx, startWait)
+	sctx, cancelDown := r.untilDown(sctx)
 	res, err := r.Systemd.Start(sctx, unit)
+	cancelDown()
 	cancel()
 	if err == nil && res == systemd.JobDone {
 		r.clearIfActive(ctx, unit)
+	}
+	if err != nil && r.stopping() {
+		err = fmt.Errorf("start %s queued; node-resized is stopping, so its result is not awaited (%w)", unit, err)
 	}
 	if rwErr != nil {
 		rwErr = fmt.Errorf("restart %s: %w; started it with its checkpoints as they were", unit, rwErr)
 	}
 	return res, errors.Join(rwErr, err)
+}
+
+func (r *Restarter) downChan() chan struct{} {
+	r.downOnce.Do(func() { r.down = make(chan struct{}) })
+	return r.down
+}
+
+// stopping reports whether Run has returned: the daemon is stopping.
+func (r *Restarter) stopping() bool {
+	select {
+	case <-r.downChan():
+		return true
+	default:
+		return false
+	}
+}
+
+// untilDown returns ctx, also canceled once Run returns.
+func (r *Restarter) untilDown(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	down := r.downChan()
+	go func() {
+		select {
+		case <-down:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // recordStop writes the stop record for unit.
@@ -245,10 +283,14 @@ func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 		return RecoveryWaiting, err
 	}
 	switch {
+	case st.ActiveEnter.After(rec.At):
+		// Started since the stop (and perhaps stopped again by
+		// someone else): the record is void.
+		return RecoveryCleared, r.dropRecord()
 	case st.Active():
-		// Started since the stop, or a stop that never happened: a
-		// stop still queued ends within its bound.
-		if st.ActiveEnter.After(rec.At) || time.Since(rec.At) > stopWait(st) {
+		// A stop that never happened, or one still queued: that ends
+		// within its bound.
+		if time.Since(rec.At) > stopWait(st) {
 			return RecoveryCleared, r.dropRecord()
 		}
 		return RecoveryWaiting, nil
@@ -272,10 +314,21 @@ func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 		}
 	}
 	var res systemd.JobResult
+	wait := r.StartWait
+	if wait <= 0 {
+		wait = startWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	if rc != nil {
-		res, err = rc.StartWithoutReplacing(ctx, unit)
+		res, err = rc.StartWithoutReplacing(wctx, unit)
 	} else {
-		res, err = r.Systemd.Start(ctx, unit)
+		res, err = r.Systemd.Start(wctx, unit)
+	}
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// Queued, its result not awaited (a job ordered after one
+		// still running): the record goes once the unit is active.
+		return RecoveryStarted, rwErr
 	}
 	if err == nil && res != systemd.JobDone {
 		err = fmt.Errorf("start %s: job %s", unit, res)
@@ -290,7 +343,11 @@ func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 // Run looks for a kubelet left stopped (Recover) at once and then every
 // DefaultRecoverInterval until ctx is done. It logs what it does and
 // tells Recovered of each unit it started.
+//
+// Its return tells a restart under way that the daemon is stopping: the
+// restart then queues its start and does not wait for the result.
 func (r *Restarter) Run(ctx context.Context) error {
+	defer close(r.downChan())
 	t := time.NewTicker(DefaultRecoverInterval)
 	defer t.Stop()
 	var last string // the last error logged, logged again only when it changes

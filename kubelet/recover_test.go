@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,9 @@ type scriptedUnits struct {
 	// stop carries out StopUnit: nil stops the unit (job done).
 	stop     func(ctx context.Context, u *scriptedUnits) (systemd.JobResult, error)
 	startErr error
+	// startHangs: the start is queued but its result never comes (a
+	// job ordered after another).
+	startHangs bool
 
 	calls   []string
 	records []bool
@@ -72,8 +76,12 @@ func (u *scriptedUnits) Stop(ctx context.Context, _ string) (systemd.JobResult, 
 	return systemd.JobDone, nil
 }
 
-func (u *scriptedUnits) start(call string) (systemd.JobResult, error) {
+func (u *scriptedUnits) start(ctx context.Context, call string) (systemd.JobResult, error) {
 	u.note(call)
+	if u.startHangs {
+		<-ctx.Done()
+		return "", fmt.Errorf("start: waiting for the job's result: %w", ctx.Err())
+	}
 	if u.startErr != nil {
 		return "", u.startErr
 	}
@@ -81,12 +89,12 @@ func (u *scriptedUnits) start(call string) (systemd.JobResult, error) {
 	return systemd.JobDone, nil
 }
 
-func (u *scriptedUnits) Start(context.Context, string) (systemd.JobResult, error) {
-	return u.start("start")
+func (u *scriptedUnits) Start(ctx context.Context, _ string) (systemd.JobResult, error) {
+	return u.start(ctx, "start")
 }
 
-func (u *scriptedUnits) StartWithoutReplacing(context.Context, string) (systemd.JobResult, error) {
-	return u.start("start-fail-mode")
+func (u *scriptedUnits) StartWithoutReplacing(ctx context.Context, _ string) (systemd.JobResult, error) {
+	return u.start(ctx, "start-fail-mode")
 }
 
 func (u *scriptedUnits) SystemState(context.Context) (string, error) {
@@ -273,6 +281,7 @@ func TestRecover(t *testing.T) {
 		enteredAfter bool
 		system       string
 		startErr     error
+		startHangs   bool
 		locked       bool
 		want         Recovery
 		calls        []string
@@ -290,6 +299,9 @@ func TestRecover(t *testing.T) {
 			active: "inactive dead", want: RecoveryCleared},
 		{name: "unreadable", record: `{`, active: "inactive dead", want: RecoveryCleared},
 		{name: "started since", active: "active running", enteredAfter: true, want: RecoveryCleared},
+		{name: "started since, stopped again by someone", active: "inactive dead", enteredAfter: true, want: RecoveryCleared},
+		{name: "start queued, its result not awaited", active: "inactive dead", startHangs: true,
+			want: RecoveryStarted, calls: []string{"start-fail-mode"}, kept: true, rewrite: true},
 		{name: "stop still queued", active: "active running", want: RecoveryWaiting, kept: true},
 		{name: "deactivating", active: "deactivating stop-sigterm", want: RecoveryWaiting, kept: true},
 		{name: "activating", active: "activating start", want: RecoveryWaiting, kept: true},
@@ -320,7 +332,8 @@ func TestRecover(t *testing.T) {
 			if c.enteredAfter {
 				u.state.ActiveEnter = at.Add(time.Millisecond)
 			}
-			u.system, u.startErr = c.system, c.startErr
+			u.system, u.startErr, u.startHangs = c.system, c.startErr, c.startHangs
+			r.StartWait = 50 * time.Millisecond
 			if c.locked {
 				r.mu.Lock()
 				defer r.mu.Unlock()
@@ -342,5 +355,43 @@ func TestRecover(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStopPathDaemonStopping: a daemon that stops while its restart waits
+// for the start's result (which systemd holds back until the daemon's own
+// stop is done) returns at once, the start queued and the record kept.
+func TestStopPathDaemonStopping(t *testing.T) {
+	r, u := stopPathRestarter(t)
+	u.startHangs = true
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- r.Run(ctx) }()
+	done := make(chan error)
+	go func() {
+		_, err := r.Restart(context.Background(), onlineSnap(t, "0-15"))
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(u.record); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no stop record")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // into the wait for the start
+	cancel()
+	<-ran
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "stopping") {
+			t.Fatalf("Restart: %v, want the start queued while stopping", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Restart still waits for the start's result after the daemon began to stop")
+	}
+	if _, err := os.Stat(u.record); err != nil {
+		t.Errorf("stop record gone with the start's result unknown: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/node-resized/node-resized/internal/fault"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
@@ -64,8 +65,13 @@ type Restarter struct {
 	Machine    func() (*topology.Snapshot, error)
 	Recovered  func(rec StopRecord, err error)
 	Logger     *slog.Logger
+	// StartWait bounds Recover's wait for its start job's result
+	// (a minute when 0); a start not done by then is queued all the same.
+	StartWait time.Duration
 
-	mu sync.Mutex // serializes the stop/rewrite/start path and Recover
+	mu       sync.Mutex // serializes the stop/rewrite/start path and Recover
+	downOnce sync.Once  // makes down
+	down     chan struct{}
 }
 
 // NewRestarter returns a restarter for the kubelet whose configuration is

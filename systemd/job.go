@@ -26,6 +26,9 @@ const (
 	JobSkipped    JobResult = "skipped"    // a condition was not met
 )
 
+// callTimeout bounds a job's method call, D-Bus's default reply timeout.
+const callTimeout = 25 * time.Second
+
 // ErrUnitNotActive is wrapped by the error Restart and Stop return when
 // the unit is not active: a unit that is stopped, failed or still starting
 // is left alone.
@@ -73,7 +76,10 @@ func (c *Client) requireActive(ctx context.Context, unit, what string) error {
 	return nil
 }
 
-// job queues a job with call and waits for its result.
+// job queues a job with call and waits for its result. The call itself
+// is not cut short by ctx (it has its own bound, callTimeout), so that a
+// caller whose ctx ends at that moment knows the job was queued when no
+// call error is returned; ctx ends the wait for the result.
 func (c *Client) job(ctx context.Context, unit, what string,
 	call func(*sddbus.Conn, context.Context, string, string, chan<- string) (int, error)) (JobResult, error) {
 	conn, err := c.connect()
@@ -81,7 +87,10 @@ func (c *Client) job(ctx context.Context, unit, what string,
 		return "", err
 	}
 	done := make(chan string, 1)
-	if _, err := call(conn, ctx, unit, "replace", done); err != nil {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	_, err = call(conn, cctx, unit, "replace", done)
+	cancel()
+	if err != nil {
 		return "", c.callError(conn, what+" "+unit, err)
 	}
 	fault.Point(strings.TrimSuffix(unit, ".service") + "-" + what + "-queued") // kubelet-stop-queued

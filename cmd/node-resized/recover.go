@@ -108,6 +108,10 @@ func kubeletRecover(args []string) int {
 		}
 	}
 	r.StopRecord, r.BootIDPath, r.Logger = o.stopRecordPath(), o.bootIDPath(), log
+	// During `systemctl stop node-resized` the kubelet's start is
+	// ordered after this unit's stop, which waits for this command:
+	// queue the start, and wait briefly for its result only.
+	r.StartWait = 3 * time.Second
 	rec, _ := kubelet.ReadStopRecord(r.StopRecord)
 	for {
 		got, err := r.Recover(ctx)
