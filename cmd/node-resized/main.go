@@ -70,6 +70,7 @@ Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
   node-resized --standalone [flags]    no cluster: detect, model, protect kubepods, serve locally
   node-resized --uninstall [flags]     undo what it set on this node (stop the daemon first), and exit
+  node-resized kubelet-recover [flags] start a kubelet a restart left stopped (the unit's ExecStopPost)
 
 Examples:
   node-resized                                   node agent with the kubelet's kubeconfig
@@ -289,6 +290,9 @@ func newLogger(o *options, stderr io.Writer) *slog.Logger {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "kubelet-recover" {
+		os.Exit(kubeletRecover(os.Args[2:]))
+	}
 	o, err := parseFlags(os.Args[1:], os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

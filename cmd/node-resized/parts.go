@@ -40,6 +40,7 @@ type parts struct {
 	nrt      *nrt.Publisher
 	evictor  *evict.Evictor
 	watcher  *kubelet.Watcher
+	recovery *kubelet.Restarter // starts a kubelet a restart left stopped
 	systemd  *systemd.Client
 	api      *api.Server
 	info     api.Info
@@ -91,6 +92,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		if restarter, err = newRestarter(o, kcfg, p.systemd); err != nil {
 			return nil, err
 		}
+		p.recovery = p.withRecovery(restarter, o, log, m)
 	}
 	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, log, m)
 	if p.relay != nil {
