@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/node-resized/node-resized/systemd"
@@ -58,7 +59,7 @@ func judgeStart(u systemd.UnitState, entries []systemd.JournalEntry) startVerdic
 		if m == "" || (running && (e.PID == u.MainPID || e.PID == 0)) {
 			continue
 		}
-		if !containsManager(v.blamed, m) {
+		if !slices.Contains(v.blamed, m) {
 			if len(v.blamed) == 0 {
 				v.line = e.Message
 			}
@@ -119,12 +120,3 @@ var (
 		"the memory assignment uses memory resource that does not exist",
 	}
 )
-
-func containsManager(ms []manager, m manager) bool {
-	for _, x := range ms {
-		if x == m {
-			return true
-		}
-	}
-	return false
-}

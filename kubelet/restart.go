@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"time"
 
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
@@ -46,6 +47,9 @@ type Restarter struct {
 	ReservedCPUs      topology.CPUSet
 	StrictReservation bool
 	ReservedMemory    map[int]map[string]uint64
+	// Rollback is how a start into rewritten checkpoints is watched and
+	// rolled back (rollback.go).
+	Rollback Rollback
 }
 
 // NewRestarter returns a restarter for the kubelet whose configuration is
@@ -126,12 +130,14 @@ func (r *Restarter) Check(snap *topology.Snapshot) error {
 // stop, the kubelet is started anyway, as it was, and the error returned.
 func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (systemd.JobResult, error) {
 	unit := r.unit()
+	began := time.Now()
 	p, err := r.plan(snap)
 	if err != nil {
 		return "", fmt.Errorf("restart %s: %w", unit, err)
 	}
 	if !p.changed() {
-		return r.Systemd.Restart(ctx, unit)
+		res, err := r.Systemd.Restart(ctx, unit)
+		return r.afterStart(ctx, began, res, err)
 	}
 	res, err := r.Systemd.Stop(ctx, unit)
 	if err != nil {
@@ -144,7 +150,8 @@ func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (syste
 		res, serr := r.Systemd.Start(ctx, unit)
 		return res, errors.Join(fmt.Errorf("restart %s: %w; started it with its checkpoints as they were", unit, err), serr)
 	}
-	return r.Systemd.Start(ctx, unit)
+	res, err = r.Systemd.Start(ctx, unit)
+	return r.afterStart(ctx, began, res, err)
 }
 
 // rewrite plans both checkpoints again and applies the plans.
