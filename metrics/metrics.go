@@ -84,6 +84,10 @@ type Metrics struct {
 	// result (systemd's job result: done, failed, timeout, …; error when
 	// the restart did not get a result).
 	KubeletRestarts *prometheus.CounterVec
+	// KubeletCheckpointRollbacks counts the kubelet restarts after which
+	// the kubelet refused a checkpoint node-resized had rewritten, and the
+	// files were restored from their backups.
+	KubeletCheckpointRollbacks prometheus.Counter
 	// Tainted is 1 while node-resized keeps its NoSchedule taint on the
 	// Node (--taint-while-stale, from a loss until the kubelet adopts it).
 	Tainted prometheus.Gauge
@@ -196,6 +200,11 @@ func New() *Metrics {
 			Name:      "kubepods_limits_failing",
 			Help:      "1 while the last write of the kubepods limits for the applied target failed (a clamp that did not land; it is retried), 0 otherwise.",
 		}),
+		KubeletCheckpointRollbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "kubelet_checkpoint_rollbacks_total",
+			Help:      "Kubelet restarts after which the kubelet refused a CPU or memory manager checkpoint node-resized had rewritten, which was then restored from its backup (a KubeletCheckpointRolledBack event says which).",
+		}),
 		Tainted: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "node_tainted",
@@ -210,6 +219,7 @@ func New() *Metrics {
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
 		m.CapacityCondition, m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
 		m.KubepodsLimitsFailing,
+		m.KubeletCheckpointRollbacks,
 	)
 	return m
 }
