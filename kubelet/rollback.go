@@ -27,8 +27,9 @@ type Rollback struct {
 	// (<state dir>/kubelet-prestart-hold.json): while the checkpoints are
 	// as the rollback left them, the kubelet's pre-start rewrites nothing.
 	HoldPath string
-	// Window is how long a start is watched (default 30s): the kubelet
-	// refuses a checkpoint within seconds of its start. Poll is how often
+	// Window is how long a start is watched (default 1m; it ends as soon
+	// as the kubelet is seen up): the kubelet refuses a checkpoint within
+	// seconds of its start (11 s on a loaded test VM). Poll is how often
 	// (default 500ms).
 	Window, Poll time.Duration
 	// Journal reads the unit's journal from since (default
@@ -41,7 +42,7 @@ const HoldFile = "kubelet-prestart-hold.json"
 
 // Defaults of Rollback.
 const (
-	defaultRollbackWindow = 30 * time.Second
+	defaultRollbackWindow = time.Minute
 	defaultRollbackPoll   = 500 * time.Millisecond
 	// journalEntries caps the kubelet's journal read per look.
 	journalEntries = 2000
@@ -67,9 +68,8 @@ type prestartHoldRecord struct {
 // kubelet refuses a rewritten checkpoint (judgeStart, on its unit and its
 // journal) the rewrite is rolled back: that file is restored from its
 // backup (only a usable backup is used), the pre-start hold written, and
-// the kubelet restarted in one job (a RestartUnit starts a unit that
-// failed or waits to auto-restart, and leaves no window where it is
-// stopped); the restart then ends with a *types.CheckpointRollback. A file
+// the kubelet started again in one job (startAgain: never a stop, so no
+// window where node-resized leaves it stopped); the restart then ends with a *types.CheckpointRollback. A file
 // not rewritten by this restart is never restored, and each at most once.
 func (r *Restarter) afterStart(ctx context.Context, began time.Time, res systemd.JobResult, err error) (systemd.JobResult, error) {
 	if err != nil {
@@ -132,7 +132,7 @@ func (r *Restarter) afterStart(ctx context.Context, began time.Time, res systemd
 					}
 					return end()
 				}
-				res, err = r.Systemd.Restart(ctx, unit)
+				res, err = r.startAgain(ctx, unit)
 				report.Result = string(res)
 				if err != nil {
 					report.Problems = append(report.Problems, "start the kubelet again: "+err.Error())
@@ -148,6 +148,21 @@ func (r *Restarter) afterStart(ctx context.Context, began time.Time, res systemd
 			return end()
 		}
 	}
+}
+
+// startAgain starts the kubelet after a rollback, in one job: a start
+// when the unit is not active (it failed, or waits to auto-restart: the
+// restart job refuses those), a restart when it is (systemd restarted it
+// meanwhile, maybe before the files were back).
+func (r *Restarter) startAgain(ctx context.Context, unit string) (systemd.JobResult, error) {
+	st, err := r.Systemd.UnitState(ctx, unit)
+	if err == nil && st.Active() {
+		res, err := r.Systemd.Restart(ctx, unit)
+		if !errors.Is(err, systemd.ErrUnitNotActive) {
+			return res, err
+		}
+	}
+	return r.Systemd.Start(ctx, unit)
 }
 
 // rewrittenSince returns the checkpoints whose backup was written since

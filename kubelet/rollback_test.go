@@ -23,17 +23,20 @@ import (
 var quickWatch = Rollback{Window: time.Millisecond, Poll: time.Millisecond,
 	Journal: func(context.Context, string, time.Time) ([]systemd.JournalEntry, error) { return nil, nil }}
 
-// Lines of the kubelet v1.37.2's journal.
+// Lines of the kubelet v1.37.2's journal. Those up to lineMemoryFailed
+// are verbatim from the node VM (test/node: TestKubeletCheckpointRollback
+// and the boot); the others are built from the format strings of
+// pkg/kubelet/cm in the same release, as klog writes them.
 const (
 	lineStarted = `I1201 18:59:07.696900     385 eviction_manager.go:193] "Eviction manager: starting control loop"`
 	// The device manager's own checkpoint, missing on a fresh node: not a
 	// CPU or memory manager checkpoint.
 	lineDeviceCheckpoint = `E1201 18:59:07.631536     385 manager.go:550] "Failed to read data from checkpoint" err="checkpoint is not found" checkpoint="kubelet_internal_checkpoint"`
-	lineMemoryCorrupt    = `E1201 20:01:02.345678     901 memory_manager.go:219] "Could not initialize checkpoint manager, please drain node and remove policy state file" err="could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the memory manager checkpoint file \"/var/lib/kubelet/memory_manager_state\" before restarting Kubelet"`
-	lineMemoryFailed     = `E1201 20:01:02.345900     901 kubelet.go:1850] "Failed to start ContainerManager" err="start memory manager error: could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the memory manager checkpoint file \"/var/lib/kubelet/memory_manager_state\" before restarting Kubelet"`
-	lineCPUMismatch      = `E1201 19:12:44.100200     640 policy_static.go:199] "invalid state, please drain node and remove policy state file" err="current set of available CPUs \"0-2\" doesn't match with CPUs in state \"0-1\"" logger="CPUManager"`
+	lineMemoryCorrupt    = `E1201 20:02:06.561032     413 memory_manager.go:218] "Could not initialize checkpoint manager, please drain node and remove policy state file" err="could not restore state from checkpoint: could not load v3 checkpoint: checkpoint is corrupted, please drain this node and delete the memory manager checkpoint file \"/var/lib/kubelet/memory_manager_state\" before restarting Kubelet"`
+	lineMemoryFailed     = `E1201 20:02:06.561314     413 kubelet.go:1850] "Failed to start ContainerManager" err="start memory manager error: could not restore state from checkpoint: could not load v3 checkpoint: checkpoint is corrupted, please drain this node and delete the memory manager checkpoint file \"/var/lib/kubelet/memory_manager_state\" before restarting Kubelet"`
+	lineCPUMismatch      = `E1201 19:12:44.100200     640 policy_static.go:199] "invalid state, please drain node and remove policy state file" err="current set of available CPUs \"0-2\" doesn't match with CPUs in state \"0-1\""`
 	lineCPUFailed        = `E1201 19:12:44.100900     640 kubelet.go:1850] "Failed to start ContainerManager" err="start cpu manager error: current set of available CPUs \"0-2\" doesn't match with CPUs in state \"0-1\""`
-	lineCPUCorrupt       = `E1201 19:20:01.000001     700 cpu_manager.go:249] "Could not initialize checkpoint manager, please drain node and remove policy state file" err="could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the CPU manager checkpoint file \"/var/lib/kubelet/cpu_manager_state\" before restarting Kubelet"`
+	lineCPUCorrupt       = `E1201 19:20:01.000001     700 cpu_manager.go:249] "Could not initialize checkpoint manager, please drain node and remove policy state file" err="could not restore state from checkpoint: could not load v4 checkpoint: checkpoint is corrupted, please drain this node and delete the CPU manager checkpoint file \"/var/lib/kubelet/cpu_manager_state\" before restarting Kubelet"`
 	lineMemoryMachine    = `E1201 19:30:00.000001     710 policy_static.go:105] "Invalid state, please drain node and remove policy state file" err="[memorymanager] the expected machine state is different from the real one"`
 	lineNoCheckpointDir  = `E1201 19:40:00.000001     720 kubelet.go:1850] "Failed to start ContainerManager" err="start cpu manager error: failed to initialize checkpoint manager: mkdir /var/lib/kubelet: read-only file system"`
 	lineOther            = `E1201 19:50:00.000001     730 run.go:72] "command failed" err="failed to run Kubelet: validate service connection: validate CRI v1 runtime API for endpoint \"unix:///run/containerd/containerd.sock\": rpc error: code = Unavailable"`
@@ -117,6 +120,9 @@ func (k *fakeKubelet) UnitState(context.Context, string) (systemd.UnitState, err
 	return k.state, nil
 }
 func (k *fakeKubelet) Restart(ctx context.Context, u string) (systemd.JobResult, error) {
+	if k.starts > 0 && !k.state.Active() {
+		return "", systemd.ErrUnitNotActive // as systemd.Client's
+	}
 	res, err := k.units.Restart(ctx, u)
 	k.start()
 	return res, err
@@ -212,8 +218,8 @@ func TestRollbackRestoresTheRefusedCheckpoint(t *testing.T) {
 	if res != systemd.JobDone || !slices.Equal(rb.Files, []string{mem}) || rb.Journal != lineMemoryCorrupt || rb.Result != "done" || len(rb.Problems) != 0 {
 		t.Errorf("rollback %+v, result %q", rb, res)
 	}
-	if !slices.Equal(k.units.calls, []string{"stop", "start", "restart"}) || k.starts != 2 {
-		t.Errorf("jobs %v, %d starts; want stop, start, then one restart", k.units.calls, k.starts)
+	if !slices.Equal(k.units.calls, []string{"stop", "start", "start"}) || k.starts != 2 {
+		t.Errorf("jobs %v, %d starts; want stop, start, then one start of the unit waiting to auto-restart", k.units.calls, k.starts)
 	}
 	if got, _ := os.ReadFile(mem); string(got) != string(memBefore) {
 		t.Errorf("memory checkpoint %q, want it restored", got)
@@ -252,8 +258,8 @@ func TestRollbackEachRewrittenFileOnce(t *testing.T) {
 	if !errors.As(err, &rb) || !slices.Equal(rb.Files, []string{cpu, mem}) || rb.Journal != lineCPUFailed {
 		t.Fatalf("Restart: %v; want both files rolled back, the CPU one blamed first", err)
 	}
-	if !slices.Equal(k.units.calls, []string{"stop", "start", "restart", "restart"}) {
-		t.Errorf("jobs %v; want one restart per file restored, no more", k.units.calls)
+	if !slices.Equal(k.units.calls, []string{"stop", "start", "start", "start"}) {
+		t.Errorf("jobs %v; want one start per file restored, no more", k.units.calls)
 	}
 	if got, _ := os.ReadFile(cpu); string(got) != string(old) {
 		t.Error("the CPU checkpoint is not its backup")
@@ -315,4 +321,29 @@ func TestNoRollback(t *testing.T) {
 			t.Error("a hold written with nothing restored")
 		}
 	})
+}
+
+// A kubelet that refused the memory checkpoint and that systemd already
+// started again (on the corrupt file, before the restore) is restarted,
+// not started: it must read the restored file.
+func TestRollbackRestartsAKubeletBackMeanwhile(t *testing.T) {
+	refusedAndBack := func(pid uint32) (systemd.UnitState, []string) {
+		return systemd.UnitState{ActiveState: "active", SubState: "running", MainPID: pid + 1}, []string{lineMemoryFailed}
+	}
+	k := &fakeKubelet{script: []func(uint32) (systemd.UnitState, []string){refusedAndBack, up}}
+	r, _, mem := rollbackNode(t, k)
+	memBefore, _ := os.ReadFile(mem)
+	k.onStart = func() {
+		if k.starts == 1 {
+			checkpoint.WriteFileAtomic(mem+checkpoint.BackupSuffix, memBefore, 0o644)
+		}
+	}
+	_, err := r.Restart(context.Background(), grow(t))
+	var rb *types.CheckpointRollback
+	if !errors.As(err, &rb) || rb.Result != "done" || len(rb.Problems) > 0 {
+		t.Fatalf("Restart: %v", err)
+	}
+	if !slices.Equal(k.units.calls, []string{"stop", "start", "restart"}) {
+		t.Errorf("jobs %v; want a restart of the kubelet systemd had started again", k.units.calls)
+	}
 }
