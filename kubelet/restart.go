@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"time"
 
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
@@ -130,7 +129,7 @@ func (r *Restarter) Check(snap *topology.Snapshot) error {
 // stop, the kubelet is started anyway, as it was, and the error returned.
 func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (systemd.JobResult, error) {
 	unit := r.unit()
-	began := time.Now()
+	began := r.beginRestart()
 	p, err := r.plan(snap)
 	if err != nil {
 		return "", fmt.Errorf("restart %s: %w", unit, err)

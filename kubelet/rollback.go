@@ -60,6 +60,17 @@ type prestartHoldRecord struct {
 	Files  map[string]string `json:"files"`
 }
 
+// beginRestart returns when a restart begins, and removes the pre-start
+// hold of an earlier rollback: it holds the files back from the rewrite
+// the kubelet refused, and a restart asked for now is for another change
+// (a refused one is not retried), whose rewrite the pre-start must make.
+func (r *Restarter) beginRestart() time.Time {
+	if r.Rollback.HoldPath != "" {
+		_ = os.Remove(r.Rollback.HoldPath)
+	}
+	return time.Now()
+}
+
 // afterStart ends a restart that began at began (this host's clock) and
 // whose start job gave res, err: when the restart rewrote a checkpoint (a
 // backup dated since began: by node-resized, or by the kubelet's

@@ -347,3 +347,19 @@ func TestRollbackRestartsAKubeletBackMeanwhile(t *testing.T) {
 		t.Errorf("jobs %v; want a restart of the kubelet systemd had started again", k.units.calls)
 	}
 }
+
+// A restart removes the hold an earlier rollback left: it is for another
+// change, whose rewrite the pre-start must make.
+func TestRestartRemovesAnEarlierHold(t *testing.T) {
+	k := &fakeKubelet{script: []func(uint32) (systemd.UnitState, []string){up}}
+	r, _, _ := rollbackNode(t, k)
+	if err := os.WriteFile(r.Rollback.HoldPath, []byte(`{"files":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Restart(context.Background(), grow(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(r.Rollback.HoldPath); err == nil {
+		t.Error("the hold of an earlier rollback is still there")
+	}
+}
