@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -646,6 +647,7 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 		report.Failed = fmt.Sprintf("systemd's job to start %s ended %q", a.cfg.KubeletUnit, res)
 	}
 	a.m.KubeletRestarts.WithLabelValues(rec.Result).Inc()
+	a.rolledBack(err)
 	if report.Failed != "" {
 		a.log.Error("kubelet restart failed", "unit", a.cfg.KubeletUnit, "result", rec.Result, "err", report.Failed)
 	} else {
@@ -661,6 +663,30 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 		after()
 	}
 	a.poke()
+}
+
+// rolledBack reports a restart that ended in a checkpoint rollback: a
+// Warning event, the metric, a log line with the files and the kubelet's
+// journal line that blamed them.
+func (a *Agent) rolledBack(err error) {
+	var rb *types.CheckpointRollback
+	if !errors.As(err, &rb) {
+		return
+	}
+	a.m.KubeletCheckpointRollbacks.Inc()
+	a.log.Warn("kubelet checkpoint rolled back", "unit", a.cfg.KubeletUnit, "files", strings.Join(rb.Files, ","),
+		"journal", rb.Journal, "result", rb.Result, "problems", strings.Join(rb.Problems, "; "))
+	a.relay.Event(types.EventWarning, types.EventKubeletCheckpointRolledBack, fmt.Sprintf(
+		"the kubelet refused the checkpoint node-resized rewrote for it (%s); %s restored from the backups and the kubelet started again; "+
+			"node-resized does not restart it again for this change", cut(rb.Journal, 400), strings.Join(rb.Files, ", ")))
+}
+
+// cut shortens s to at most n bytes, for an event's message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // enforce writes the kubepods limits of a clamp, a grow or a reassert and

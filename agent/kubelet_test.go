@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -312,4 +313,45 @@ func TestKubeletRestartJobFailed(t *testing.T) {
 	if failures != 1 {
 		t.Fatalf("%d KubeletRestartFailed events, want 1", failures)
 	}
+}
+
+// TestKubeletCheckpointRolledBack: a restart that ends in a checkpoint
+// rollback is a failed restart (not retried), with its own Warning event
+// and metric.
+func TestKubeletCheckpointRolledBack(t *testing.T) {
+	rg := newRig(t, 4, nil)
+	rg.hardware(8)
+	rg.at(0)
+	rg.at(10 * time.Second)
+	waitUntil(t, func() bool { return rg.r.count() == 1 })
+	rb := &types.CheckpointRollback{Files: []string{"/var/lib/kubelet/memory_manager_state"}, Result: "done",
+		Journal: `E1201 20:01:02.345900     901 kubelet.go:1850] "Failed to start ContainerManager" err="start memory manager error: could not restore state from checkpoint: checkpoint is corrupted"`}
+	rg.finish("done", fmt.Errorf("restart kubelet.service: %w", rb))
+	rg.counted("done", 1)
+	if got := testutil.ToFloat64(rg.m.KubeletCheckpointRollbacks); got != 1 {
+		t.Fatalf("node_resized_kubelet_checkpoint_rollbacks_total = %v, want 1", got)
+	}
+	rg.kubelet.MainPID, rg.kubelet.Ready = 300, false
+	rg.a.OnKubelet(rg.kubelet)
+	rg.at(15 * time.Second)
+	rg.expect(types.ReasonInProgress, "restored /var/lib/kubelet/memory_manager_state from the backups")
+	var rolled, failed int
+	for _, e := range rg.relay.events {
+		switch e.Reason {
+		case types.EventKubeletCheckpointRolledBack:
+			rolled++
+			if e.Type != types.EventWarning || !strings.Contains(e.Message, "memory_manager_state") || !strings.Contains(e.Message, "checkpoint is corrupted") {
+				t.Errorf("event %+v: want a Warning naming the file and the kubelet's line", e)
+			}
+		case types.EventKubeletRestartFailed:
+			failed++
+		}
+	}
+	if rolled != 1 || failed != 1 {
+		t.Fatalf("%d %s and %d %s events, want 1 each", rolled, types.EventKubeletCheckpointRolledBack, failed, types.EventKubeletRestartFailed)
+	}
+	for _, d := range []time.Duration{time.Minute, 10 * time.Minute} {
+		rg.at(d)
+	}
+	rg.restarts(1)
 }

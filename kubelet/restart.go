@@ -72,6 +72,9 @@ type Restarter struct {
 	mu       sync.Mutex // serializes the stop/rewrite/start path and Recover
 	downOnce sync.Once  // makes down
 	down     chan struct{}
+	// Rollback is how a start into rewritten checkpoints is watched and
+	// rolled back (rollback.go).
+	Rollback Rollback
 }
 
 // NewRestarter returns a restarter for the kubelet whose configuration is
@@ -152,14 +155,17 @@ func (r *Restarter) Check(snap *topology.Snapshot) error {
 // otherwise one restart job. The unit must be active.
 func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (systemd.JobResult, error) {
 	unit := r.unit()
+	began := r.beginRestart()
 	p, err := r.plan(snap)
 	if err != nil {
 		return "", fmt.Errorf("restart %s: %w", unit, err)
 	}
 	if !p.changed() {
-		return r.Systemd.Restart(ctx, unit)
+		res, err := r.Systemd.Restart(ctx, unit)
+		return r.afterStart(ctx, began, res, err)
 	}
-	return r.stopRewriteStart(ctx, unit, snap)
+	res, err := r.stopRewriteStart(ctx, unit, snap)
+	return r.afterStart(ctx, began, res, err)
 }
 
 // rewrite plans both checkpoints again and applies the plans.

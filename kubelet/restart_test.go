@@ -95,7 +95,7 @@ func TestRestarterOrder(t *testing.T) {
 			old, _ := os.ReadFile(path)
 			u := &recordingUnits{checkpoint: path, active: true, result: systemd.JobDone}
 			r := &Restarter{Systemd: u, CPUManagerCheckpoint: path,
-				MemoryManagerCheckpoint: filepath.Join(t.TempDir(), "absent"), ReservedCPUs: topology.CPUSet{0}}
+				MemoryManagerCheckpoint: filepath.Join(t.TempDir(), "absent"), ReservedCPUs: topology.CPUSet{0}, Rollback: quickWatch}
 			checkErr := r.Check(snap(tc.online))
 			res, err := r.Restart(context.Background(), snap(tc.online))
 			if tc.infeas {

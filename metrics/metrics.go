@@ -88,6 +88,10 @@ type Metrics struct {
 	// stopped by a stop of its own (a daemon killed mid-restart) and
 	// started again.
 	KubeletRecoveries prometheus.Counter
+	// KubeletCheckpointRollbacks counts the kubelet restarts after which
+	// the kubelet refused a checkpoint node-resized had rewritten, and the
+	// files were restored from their backups.
+	KubeletCheckpointRollbacks prometheus.Counter
 	// Tainted is 1 while node-resized keeps its NoSchedule taint on the
 	// Node (--taint-while-stale, from a loss until the kubelet adopts it).
 	Tainted prometheus.Gauge
@@ -205,6 +209,11 @@ func New() *Metrics {
 			Name:      "kubelet_recoveries_total",
 			Help:      "Kubelet units node-resized found left stopped by a restart of its own that did not finish (the daemon killed after the stop) and started again.",
 		}),
+		KubeletCheckpointRollbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "kubelet_checkpoint_rollbacks_total",
+			Help:      "Kubelet restarts after which the kubelet refused a CPU or memory manager checkpoint node-resized had rewritten, which was then restored from its backup (a KubeletCheckpointRolledBack event says which).",
+		}),
 		Tainted: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "node_tainted",
@@ -220,6 +229,7 @@ func New() *Metrics {
 		m.CapacityCondition, m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
 		m.KubepodsLimitsFailing,
 		m.KubeletRecoveries,
+		m.KubeletCheckpointRollbacks,
 	)
 	return m
 }

@@ -29,6 +29,10 @@ const (
 	// a capacity failed, or did not come back Ready with it in time; it is
 	// not restarted again for that change.
 	EventKubeletRestartFailed = "KubeletRestartFailed"
+	// EventKubeletCheckpointRolledBack (Warning): the kubelet refused the
+	// CPU or memory manager checkpoint node-resized had rewritten for it;
+	// the files were restored from their backups and it was started again.
+	EventKubeletCheckpointRolledBack = "KubeletCheckpointRolledBack"
 	// EvictionReason is the reason carried by evictions for lost capacity.
 	EvictionReason = "NodeCapacityExceeded"
 )

@@ -1,6 +1,8 @@
 package types
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
@@ -59,3 +61,29 @@ func (v KubeletView) UnitActive() bool { return v.ActiveState == "active" }
 // Known reports whether anything is known of the kubelet: its unit is
 // loaded, or its capacity view is known.
 func (v KubeletView) Known() bool { return v.LoadState == "loaded" || len(v.Capacity) > 0 }
+
+// CheckpointRollback is how a kubelet restart ends when the kubelet
+// refused a checkpoint node-resized had rewritten for it, and the files
+// were put back from their backups: an error, for the restart failed. It
+// is a plain value.
+type CheckpointRollback struct {
+	// Files are the checkpoints restored; Journal is the kubelet's journal
+	// message that blamed them.
+	Files   []string `json:"files"`
+	Journal string   `json:"journal"`
+	// Result is the result of systemd's job that started the kubelet
+	// again; Problems what went wrong on the way (a backup not used, the
+	// pre-start hold not written), empty when nothing did.
+	Result   string   `json:"result"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Error implements error.
+func (r *CheckpointRollback) Error() string {
+	msg := fmt.Sprintf("the kubelet refused the checkpoint node-resized rewrote (its journal: %q); restored %s from the backups and started it again (job %s)",
+		r.Journal, strings.Join(r.Files, ", "), r.Result)
+	if len(r.Problems) > 0 {
+		msg += "; " + strings.Join(r.Problems, "; ")
+	}
+	return msg
+}

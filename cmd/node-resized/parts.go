@@ -178,6 +178,7 @@ func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client) (agent.K
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's restart: %w", err)
 	}
+	r.Rollback.HoldPath = filepath.Join(filepath.Dir(o.stateFile), kubelet.HoldFile)
 	return restarter{r}, nil
 }
 

@@ -36,6 +36,13 @@ func replace(path string, old, data []byte) error {
 	return writeAtomic(path, data, mode)
 }
 
+// WriteFileAtomic writes data to path as a checkpoint is written: through
+// a synced temporary file in the same directory, a rename and a synced
+// directory. It is for the files kept beside the checkpoints.
+func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
+	return writeAtomic(path, data, mode)
+}
+
 // writeAtomic writes data to path through a synced temporary file and a
 // rename, then syncs the directory.
 func writeAtomic(path string, data []byte, mode fs.FileMode) (err error) {

@@ -129,6 +129,9 @@ func (c codec[S]) plan(path string, rp replan[S]) (*Plan[S], error) {
 // the previous file kept at Path+BackupSuffix. It fails, wrapping
 // ErrChanged, when the file is no longer the one planned from.
 func (p *Plan[S]) Apply() error {
+	if b := faultCorrupt(p); b != nil {
+		return replace(p.Path, p.old, b)
+	}
 	if !p.Changed {
 		return nil
 	}
