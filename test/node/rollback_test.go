@@ -3,9 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,26 +15,7 @@ import (
 const (
 	memoryManagerState = "/var/lib/kubelet/memory_manager_state"
 	prestartHold       = "/var/lib/node-resized/kubelet-prestart-hold.json"
-	prestartDropIn     = "/usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf"
 )
-
-// buildRollbackDaemon builds node-resized with the fault points
-// (-tags faultinject) into this machine's cache, where the guest reads it.
-func buildRollbackDaemon(t *testing.T) string {
-	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(cache, "node-resized", "node", "node-resized-faultinject-rollback")
-	cmd := exec.Command("go", "build", "-tags", "faultinject", "-trimpath", "-o", out, "./cmd/node-resized")
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build node-resized -tags faultinject: %v\n%s", err, b)
-	}
-	return out
-}
 
 // TestKubeletCheckpointRollback is point 3 of the relay's safety: a
 // rewrite the kubelet refuses is rolled back. The static CPU manager, and
@@ -61,7 +39,7 @@ func buildRollbackDaemon(t *testing.T) string {
 // Restoring the CPU checkpoint would not do: the file before a CPU change
 // is the one a stock kubelet refuses on the new CPU set.
 func TestKubeletCheckpointRollback(t *testing.T) {
-	fi := buildRollbackDaemon(t)
+	fi := buildFaultDaemon(t)
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin
 	ctx := context.Background()
