@@ -33,6 +33,10 @@ const (
 	// CPU or memory manager checkpoint node-resized had rewritten for it;
 	// the files were restored from their backups and it was started again.
 	EventKubeletCheckpointRolledBack = "KubeletCheckpointRolledBack"
+	// EventKubeletRecovered (Warning): node-resized found the kubelet left
+	// stopped by a restart of its own that did not finish (the daemon
+	// killed after the stop) and started it.
+	EventKubeletRecovered = "KubeletRecovered"
 	// EvictionReason is the reason carried by evictions for lost capacity.
 	EvictionReason = "NodeCapacityExceeded"
 )

@@ -57,7 +57,7 @@ func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Lo
 			msg += ": " + err.Error()
 		}
 		if relay != nil {
-			relay.Event(types.EventWarning, "KubeletRecovered", msg)
+			relay.Event(types.EventWarning, types.EventKubeletRecovered, msg)
 		}
 	}
 	return r
