@@ -69,6 +69,8 @@ Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
   node-resized --standalone [flags]    no cluster: detect, model, protect kubepods, serve locally
   node-resized --uninstall [flags]     undo what it set on this node (stop the daemon first), and exit
+  node-resized kubelet-prestart [flags] make the kubelet's checkpoints fit the machine: run by
+                                       kubelet.service before it starts (see its --help)
 
 Examples:
   node-resized                                   node agent with the kubelet's kubeconfig
@@ -280,6 +282,10 @@ func newLogger(o *options, stderr io.Writer) *slog.Logger {
 }
 
 func main() {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "kubelet-prestart":
+		os.Exit(kubeletPrestart(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	o, err := parseFlags(os.Args[1:], os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
