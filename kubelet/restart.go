@@ -44,8 +44,9 @@ type Restarter struct {
 	ReservedCPUs      topology.CPUSet
 	StrictReservation bool
 	ReservedMemory    map[int]map[string]uint64
-	// Log says which way the kubelet is restarted (nil: slog.Default()).
-	Log *slog.Logger
+	// Logger says which way the kubelet is restarted (nil:
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // NewRestarter returns a restarter for the kubelet whose configuration is
@@ -73,10 +74,10 @@ func (r *Restarter) hasPrestart(ctx context.Context, unit string) bool {
 }
 
 func (r *Restarter) log() *slog.Logger {
-	if r.Log == nil {
-		return slog.Default()
+	if r.Logger != nil {
+		return r.Logger
 	}
-	return r.Log
+	return slog.Default()
 }
 
 func (r *Restarter) unit() string {

@@ -282,8 +282,7 @@ func newLogger(o *options, stderr io.Writer) *slog.Logger {
 }
 
 func main() {
-	switch {
-	case len(os.Args) > 1 && os.Args[1] == "kubelet-prestart":
+	if len(os.Args) > 1 && os.Args[1] == "kubelet-prestart" {
 		os.Exit(kubeletPrestart(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	o, err := parseFlags(os.Args[1:], os.Stdout)

@@ -176,7 +176,7 @@ func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's restart: %w", err)
 	}
-	r.Log = log
+	r.Logger = log
 	return restarter{r}, nil
 }
 
