@@ -31,9 +31,19 @@ const PrestartDropIn = "90-node-resized.conf"
 
 // HasPrestart reports whether the unit st has the pre-start drop-in
 // loaded: then every start of the kubelet, whoever asks for it, rewrites
-// its checkpoints first.
+// its checkpoints first. systemd lists a masked drop-in among the
+// DropInPaths too (a link to /dev/null or an empty file of the same name
+// in /etc, as docs/operating.md says to turn it off), so the file listed
+// must be a regular file that is not empty; one that cannot be read counts
+// as none, and the restart then takes the way that needs no pre-start.
 func HasPrestart(st systemd.UnitState) bool {
-	return slices.ContainsFunc(st.DropInPaths, func(p string) bool { return filepath.Base(p) == PrestartDropIn })
+	return slices.ContainsFunc(st.DropInPaths, func(p string) bool {
+		if filepath.Base(p) != PrestartDropIn {
+			return false
+		}
+		fi, err := os.Stat(p)
+		return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
+	})
 }
 
 // PrestartHoldName is the pre-start hold's file name in node-resized's

@@ -236,15 +236,33 @@ func TestPrestartHold(t *testing.T) {
 	}
 }
 
+// TestHasPrestart: the drop-in counts when it is listed and is a file
+// with contents; systemd lists a masked one (a link to /dev/null, an empty
+// file) too, and that does not count.
 func TestHasPrestart(t *testing.T) {
+	dir := t.TempDir()
+	path := func(name string) string {
+		d := filepath.Join(dir, name)
+		os.Mkdir(d, 0o755)
+		return filepath.Join(d, PrestartDropIn)
+	}
+	dropIn, masked, empty, gone := path("ours"), path("masked"), path("empty"), path("gone")
+	os.WriteFile(dropIn, []byte("[Service]\nExecStartPre=-/usr/bin/node-resized kubelet-prestart\n"), 0o644)
+	os.Symlink("/dev/null", masked)
+	os.WriteFile(empty, nil, 0o644)
+	other := filepath.Join(dir, "10-kubeadm.conf")
+	os.WriteFile(other, []byte("[Service]\n"), 0o644)
 	for _, tc := range []struct {
 		paths []string
 		want  bool
 	}{
 		{nil, false},
-		{[]string{"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"}, false},
-		{[]string{"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf", "/usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf"}, true},
-		{[]string{"/etc/systemd/system/kubelet.service.d/90-node-resized.conf.disabled"}, false},
+		{[]string{other}, false},
+		{[]string{other, dropIn}, true},
+		{[]string{other, masked}, false},
+		{[]string{empty}, false},
+		{[]string{gone}, false},
+		{[]string{dropIn + ".disabled"}, false},
 	} {
 		if got := HasPrestart(systemd.UnitState{DropInPaths: tc.paths}); got != tc.want {
 			t.Errorf("HasPrestart(%v) = %v, want %v", tc.paths, got, tc.want)

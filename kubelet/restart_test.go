@@ -135,7 +135,11 @@ func TestRestarterPrestart(t *testing.T) {
 		}
 		return &topology.Snapshot{CPUs: topology.CPUs{Online: cpus}}
 	}
-	dropIns := []string{"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf", "/usr/lib/systemd/system/kubelet.service.d/" + PrestartDropIn}
+	dropIn := filepath.Join(t.TempDir(), PrestartDropIn)
+	if err := os.WriteFile(dropIn, []byte("[Service]\nExecStartPre=-/usr/bin/node-resized kubelet-prestart\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dropIns := []string{"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf", dropIn}
 	for _, tc := range []struct {
 		name   string
 		online string
