@@ -120,7 +120,7 @@ install: build
 	install -D -m 0755 $(BIN)/node-resizectl $(DESTDIR)$(PREFIX)/bin/node-resizectl
 	install -D -m 0644 packaging/completion/node-resizectl.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/node-resizectl
 	install -d $(DESTDIR)/etc/systemd/system
-	sed 's|^ExecStart=/usr/bin/node-resized|ExecStart=$(PREFIX)/bin/node-resized|' systemd/node-resized.service >$(DESTDIR)/etc/systemd/system/node-resized.service
+	sed -e 's|^ExecStart=/usr/bin/node-resized|ExecStart=$(PREFIX)/bin/node-resized|' -e 's|^ExecStopPost=-/usr/bin/node-resized|ExecStopPost=-$(PREFIX)/bin/node-resized|' systemd/node-resized.service >$(DESTDIR)/etc/systemd/system/node-resized.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/node-resized.service
 	grep -q '^ExecStart=$(PREFIX)/bin/node-resized ' $(DESTDIR)/etc/systemd/system/node-resized.service
 	install -d $(DESTDIR)/etc/systemd/system/kubelet.service.d

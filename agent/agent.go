@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -39,7 +40,8 @@ type Enforcer interface {
 // they stand (*cgroup.Enforcer is one). The first pass of a daemon with no
 // state to resume from compares them with what the kubelet would write for
 // the hardware, so that a machine that shrank while the daemon was not
-// running is clamped (Path B).
+// running is clamped (Path B); the first pass of one that resumed names
+// those that no longer hold the applied target's (ReassertCgroups).
 type LimitsReader interface {
 	Current() (decide.CgroupLimits, error)
 }
@@ -137,6 +139,9 @@ type Status struct {
 	// Taint is the taint node-resized keeps on the Node while the kubelet
 	// has not adopted a loss (--taint-while-stale); empty when none.
 	Taint string `json:"taint,omitempty"`
+	// LimitsFailed says why the kubepods limits of the target did not
+	// land (the last write failed; it is retried); empty when they did.
+	LimitsFailed string `json:"limitsFailed,omitempty"`
 	// Kubelet is what is known of the running kubelet and of its
 	// restarts; nil while nothing is.
 	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
@@ -154,6 +159,15 @@ type KubeletStatus struct {
 	// one ended.
 	Restarting  bool           `json:"restarting,omitempty"`
 	LastRestart *RestartRecord `json:"lastRestart,omitempty"`
+	// RestartBudget is the most restarts node-resized makes in any window
+	// of the given length ("3/20m"), RecentRestarts the restarts it asked
+	// for in the window now, oldest first. RestartWaiting says what a
+	// restart that is needed and allowed waits for (settle, interval,
+	// budget), and NextRestart until when.
+	RestartBudget  string      `json:"restartBudget"`
+	RecentRestarts []time.Time `json:"recentRestarts,omitempty"`
+	RestartWaiting string      `json:"restartWaiting,omitempty"`
+	NextRestart    time.Time   `json:"nextRestart,omitzero"`
 }
 
 // RestartRecord is one kubelet restart the daemon did.
@@ -171,8 +185,11 @@ type Agent struct {
 	log   *slog.Logger
 	m     *metrics.Metrics
 	wake  chan struct{}
-	// started is set after the first pass; only Run's goroutine uses it.
-	started bool
+	// started is set after the first pass, reasserted after the first
+	// that the physical reading was not refused on (the limits applied
+	// before the start are re-asserted then); only Run's goroutine uses
+	// them.
+	started, reasserted bool
 
 	mu sync.Mutex // guards the inputs and the status below
 	// Inputs.
@@ -385,8 +402,9 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	if !ok {
 		return 0
 	}
-	if p.in.Previous.Applied == nil {
+	if p.in.Previous.Applied == nil || !a.reasserted {
 		p.in.Enforced = a.enforced()
+		p.in.Reassert = p.in.Previous.Applied != nil && a.cfg.Enforcer != nil
 	}
 	d := decide.Decide(p.in)
 	if p.checkpoints && d.RestartConsidered {
@@ -396,8 +414,23 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	if d.Err != nil {
 		a.log.Warn("input refused", "err", d.Err)
 	}
+	var rej *decide.RejectedError
+	if !errors.As(d.Err, &rej) || rej.What != "physical capacity" {
+		a.reasserted = true
+	}
 	a.account(p.in.Previous.Applied, d.Next.Applied)
-	published, again := a.carryOut(ctx, d, p)
+	c := a.carryOut(ctx, d, p)
+	published, again, after := c.published, c.again, d.RequeueAfter
+	if c.limits {
+		// What did not land is not recorded as applied: the state says
+		// the write failed, and it is retried.
+		d.Next = d.Next.LimitsWritten(c.limitsErr, p.in.Now)
+		if c.limitsErr != nil {
+			if retry := decide.LimitsRetryAfter(d.Next.LimitsFailures); after <= 0 || retry < after {
+				after = retry
+			}
+		}
+	}
 	if p.checkpoints && p.stale {
 		a.readCheckpoints(&p)
 	}
@@ -418,11 +451,12 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	if again {
 		a.poke()
 	}
-	return d.RequeueAfter
+	return after
 }
 
 // enforced reads the kubepods limits as they stand, for the first pass
-// with nothing applied yet; zero (unknown) without an enforcer that reads.
+// with nothing applied yet and the first pass of a daemon that resumed
+// from its state; zero (unknown) without an enforcer that reads.
 func (a *Agent) enforced() decide.CgroupLimits {
 	lr, ok := a.cfg.Enforcer.(LimitsReader)
 	if !ok {
@@ -476,30 +510,46 @@ func (a *Agent) gather() (passInput, bool) {
 	}, true
 }
 
-// carryOut carries out the decision's actions in order. It reports whether
-// a Node status was published, and whether another pass is due at once
-// (an eviction that counts as done).
-func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) (published, again bool) {
+// carried is what carrying out a decision did: whether a Node status was
+// published, whether another pass is due at once (an eviction that counts
+// as done), and whether the kubepods limits were written, with the error
+// of the write that failed.
+type carried struct {
+	published, again, limits bool
+	limitsErr                error
+}
+
+// carryOut carries out the decision's actions in order.
+func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) carried {
+	var c carried
+	limits := func(err error) {
+		c.limits = true
+		c.limitsErr = errors.Join(c.limitsErr, err)
+	}
 	for _, act := range d.Actions {
 		switch x := act.(type) {
 		case decide.PatchNodeStatus:
 			a.relay.Publish(types.NodeStatus{Capacity: x.Capacity, Allocatable: x.Allocatable, Condition: x.Condition, Since: p.since,
 				Taint: x.Taint})
-			published = true
+			c.published = true
 		case decide.EmitEvent:
 			a.relay.Event(x.Type, x.Reason, x.Message)
 			a.log.Info("event", "type", string(x.Type), "reason", x.Reason, "message", x.Message)
 		case decide.ClampCgroups:
-			a.enforce(ctx, cgroup.Request{Kind: cgroup.KindClamp, Generation: x.Generation, Limits: x.Limits}, p)
+			limits(a.enforce(ctx, cgroup.Request{Kind: cgroup.KindClamp, Generation: x.Generation, Limits: x.Limits}, p))
 		case decide.GrowCgroups:
-			a.enforce(ctx, cgroup.Request{Kind: cgroup.KindGrow, Generation: x.Generation, Limits: x.Limits}, p)
+			limits(a.enforce(ctx, cgroup.Request{Kind: cgroup.KindGrow, Generation: x.Generation, Limits: x.Limits}, p))
+		case decide.ReassertCgroups:
+			a.log.Info("re-asserting the applied kubepods limits", "reason", x.Reason, "differ", x.Differ,
+				"capacity", x.Capacity.String(), "generation", x.Generation)
+			limits(a.enforce(ctx, cgroup.Request{Kind: cgroup.KindReassert, Generation: x.Generation, Limits: x.Limits}, p))
 		case decide.Evict:
-			again = a.evict(ctx, x, p.snap) || again
+			c.again = a.evict(ctx, x, p.snap) || c.again
 		case decide.RestartKubelet:
 			a.restart(ctx, x, d.Next.RestartAt, p.snap)
 		}
 	}
-	return published, again
+	return c
 }
 
 // restartBlocked says why the kubelet may not be restarted now, as far as
@@ -613,16 +663,17 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 	a.poke()
 }
 
-// enforce writes the kubepods limits of a clamp or a grow and measures
-// the clamp's latency from the hardware event.
-func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) {
+// enforce writes the kubepods limits of a clamp, a grow or a reassert and
+// measures the clamp's latency from the hardware event. It returns the
+// write's error: the caller records that the limits did not land.
+func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) error {
 	if a.cfg.Enforcer == nil {
 		a.log.Info("kubepods limits not enforced (no cgroup enforcer configured)", "action", string(r.Kind))
-		return
+		return nil
 	}
 	if err := a.cfg.Enforcer.Apply(ctx, r, onlineCPUs(p.snap)); err != nil {
-		a.log.Error("apply kubepods limits", "action", string(r.Kind), "err", err)
-		return
+		a.log.Error("apply kubepods limits; retrying", "action", string(r.Kind), "err", err)
+		return err
 	}
 	if r.Kind == cgroup.KindClamp && !p.since.IsZero() {
 		lat := a.clock.Since(p.since)
@@ -634,6 +685,7 @@ func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) {
 		a.m.ClampLatency.Observe(lat.Seconds())
 		a.log.Info("kubepods clamped", "latency", lat)
 	}
+	return nil
 }
 
 // evict starts an eviction pass; without an evictor it counts the pass as
@@ -652,15 +704,24 @@ func (a *Agent) evict(ctx context.Context, x decide.Evict, snap *topology.Snapsh
 
 // resumeEviction takes up, on the first pass of this process, the eviction
 // of the generation the state file remembers: the daemon stopped while
-// evicting, and it would never finish otherwise.
+// evicting, and it would never finish otherwise. The file only says that
+// one was running: it is resumed when this pass, decided on the machine as
+// it is, keeps that generation evicting, and towards what the pass
+// applies, so that a file cannot steer it (a machine that grew back, or a
+// file that evicts towards less than the machine has, evicts nothing).
 func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.Decision, snap *topology.Snapshot) {
 	if !in.Previous.Evicting || a.cfg.Evictor == nil || hasKind(d.Actions, decide.KindEvict) {
 		return
 	}
+	if !d.Next.Evicting || d.Next.Generation != in.Previous.Generation {
+		a.log.Info("the eviction the state file remembers is not resumed: the machine as it is does not call for it",
+			"generation", in.Previous.Generation, "applied", in.Previous.Applied.String(), "target", d.Target.String())
+		return
+	}
 	a.cfg.Evictor.Start(ctx, decide.Evict{
-		Generation:  in.Previous.Generation,
-		Capacity:    in.Previous.Applied,
-		Allocatable: decide.Allocatable(in.Previous.Applied, a.cfg.Reservations),
+		Generation:  d.Next.Generation,
+		Capacity:    d.Next.Applied.Clone(),
+		Allocatable: decide.Allocatable(d.Next.Applied, a.cfg.Reservations),
 		Reason:      types.EvictionReason,
 	}, onlineCPUs(snap), a.ReportEviction)
 }
@@ -687,6 +748,7 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
 	a.exportCondition(d.Condition.Reason)
+	waited := a.status.Kubelet != nil && a.status.Kubelet.RestartWaiting == decide.RestartWaitBudget
 	a.status = Status{
 		Configured:       p.in.Configured,
 		ConfiguredSource: p.source,
@@ -695,7 +757,13 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 		Condition:        d.Condition,
 		Decisions:        a.status.Decisions + 1,
 		LastDecision:     p.in.Now,
+		LimitsFailed:     d.Next.LimitsFailed,
 	}
+	failing := 0.0
+	if d.Next.LimitsFailed != "" {
+		failing = 1
+	}
+	a.m.KubepodsLimitsFailing.Set(failing)
 	if d.Next.Tainted {
 		a.status.Taint = types.TaintKey + ":NoSchedule"
 		a.m.Tainted.Set(1)
@@ -707,9 +775,16 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	}
 	if v := a.kubelet; v != nil {
 		a.status.Kubelet = &KubeletStatus{KubeletView: *v, Restart: a.cfg.KubeletRestart, RestartBlocked: p.in.Kubelet.RestartBlocked,
-			Restarting: a.restarting, LastRestart: a.lastRestart}
+			Restarting: a.restarting, LastRestart: a.lastRestart,
+			RestartBudget:  decide.FormatBudget(a.cfg.Policy.Budget()),
+			RecentRestarts: a.cfg.Policy.RecentRestarts(d.Next, p.in.Now),
+			RestartWaiting: d.RestartWaiting, NextRestart: d.RestartNotBefore}
 	}
 	a.mu.Unlock()
+	if d.RestartWaiting == decide.RestartWaitBudget && !waited {
+		a.log.Info("the kubelet restart waits for the restart budget", "budget", decide.FormatBudget(a.cfg.Policy.Budget()),
+			"until", d.RestartNotBefore, "restarts", a.cfg.Policy.RecentRestarts(d.Next, p.in.Now))
+	}
 	if changed && a.cfg.StatePath != "" {
 		if err := SaveState(a.cfg.StatePath, d.Next); err != nil {
 			a.m.ResizeErrors.WithLabelValues("state_file").Inc()

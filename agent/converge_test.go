@@ -34,7 +34,9 @@ func readTrim(t *testing.T, path string) string {
 // and there is no state file: the first pass reads the kubepods limits,
 // finds them written for 4 CPUs, clamps them to what the kubelet would
 // write for 2 and reports it as an emergency. With a state file to resume
-// from, the state says what is applied and the limits are not read.
+// from, the state says what is applied (2 CPUs): the limits written for 4
+// are what is wrong, and the recorded ones are written again, with no
+// event.
 func TestConvergeAtStartClampsKubepods(t *testing.T) {
 	weight := func(cpus int64) string {
 		return strconv.FormatUint(decide.KubepodsLimits(map[string]int64{"cpu": cpus * 1000}, decide.Reservations{}).CPUWeight, 10)
@@ -72,7 +74,7 @@ func TestConvergeAtStartClampsKubepods(t *testing.T) {
 			t.Errorf("first status %+v, want InProgress saying the machine shrank while the daemon was down, with the taint", first)
 		}
 	})
-	t.Run("resumed from state: not read", func(t *testing.T) {
+	t.Run("resumed from state: the recorded limits re-asserted", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "state.json")
 		st := decide.State{Version: decide.StateVersion, Applied: machine(2).Capacity(), Physical: machine(2).Capacity(),
 			Outcome: types.ReasonAccepted, Condition: types.Condition{Status: types.StatusTrue, Reason: types.ReasonAccepted}}
@@ -82,8 +84,8 @@ func TestConvergeAtStartClampsKubepods(t *testing.T) {
 		r, kubepods := start(t, path)
 		hw(r, 2, 0)
 		r.settle(types.ReasonAccepted, 2)
-		if got, want := readTrim(t, filepath.Join(kubepods, "cpu.weight")), weight(4); got != want {
-			t.Errorf("cpu.weight %s, want it left at %s", got, want)
+		if got, want := readTrim(t, filepath.Join(kubepods, "cpu.weight")), weight(2); got != want {
+			t.Errorf("cpu.weight %s, want the recorded clamp's %s back", got, want)
 		}
 		if len(r.relay.eventReasons()) != 0 {
 			t.Errorf("events %v", r.relay.eventReasons())

@@ -356,8 +356,9 @@ func kubernetesStatus(info Info) *KubernetesStatus {
 			Message:            st.Condition.Message,
 			LastTransitionTime: st.Condition.LastTransitionTime,
 		},
-		Error: st.Error,
-		Taint: st.Taint,
+		Error:        st.Error,
+		Taint:        st.Taint,
+		LimitsFailed: st.LimitsFailed,
 	}
 	if st.Configured.Invalid != "" {
 		out.Configured = map[string]string{"invalid": st.Configured.Invalid}

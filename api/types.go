@@ -67,6 +67,9 @@ type KubernetesStatus struct {
 	// Taint is the taint node-resized keeps on the Node until the kubelet
 	// has adopted a loss (--taint-while-stale); empty when none.
 	Taint string `json:"taint,omitempty"`
+	// LimitsFailed says why the kubepods limits of the target did not
+	// land (the write is retried); empty when they did.
+	LimitsFailed string `json:"limitsFailed,omitempty"`
 	// NodeSynced is whether the Node watch has listed the Node since the
 	// daemon started (/readyz waits for it).
 	NodeSynced bool `json:"nodeSynced"`

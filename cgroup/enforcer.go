@@ -196,13 +196,14 @@ func (e *Enforcer) Run(ctx context.Context, models Models) error {
 
 // Apply writes r's limits on kubepods, with online for a cpuset that
 // carries a list of its own (see the package documentation), and
-// remembers both for Reapply. r is a KindClamp or a KindGrow. It returns
-// an error only when r is neither or a read or a write failed; a request
+// remembers both for Reapply. r is a KindClamp, a KindGrow or a
+// KindReassert. It returns an error only when r is none of them or a read
+// or a write failed; a request
 // that finds nothing to do (cgroup v1, no kubepods yet) is recorded as
 // skipped in Status and returns nil.
 func (e *Enforcer) Apply(ctx context.Context, r Request, online topology.CPUSet) error {
-	if r.Kind != KindClamp && r.Kind != KindGrow {
-		return fmt.Errorf("cgroup enforcer: a request of kind %q is neither a clamp nor a grow", r.Kind)
+	if r.Kind != KindClamp && r.Kind != KindGrow && r.Kind != KindReassert {
+		return fmt.Errorf("cgroup enforcer: a request of kind %q is not a clamp, a grow or a reassert", r.Kind)
 	}
 	e.applyMu.Lock()
 	defer e.applyMu.Unlock()

@@ -700,3 +700,54 @@ func TestStatusJSON(t *testing.T) {
 		}
 	}
 }
+
+// A daemon that restarts re-asserts the clamp it recorded: a new
+// Enforcer, with no Apply of its own yet, writes the limits again where
+// kubepods does not hold them (cpu.weight, rewritten while the daemon was
+// down), and only there; the change is recorded as a reassert, and Run
+// keeps re-asserting it from then on.
+func TestReassertAfterRestart(t *testing.T) {
+	tr := newTree(t, DriverCgroupfs, "/")
+	before, _, _ := newTestEnforcer(t, tr, nil)
+	if err := before.Apply(context.Background(), clamp(3, 1, 2*gib), online(0)); err != nil {
+		t.Fatal(err)
+	}
+	clamped := tr.get(t, tr.paths.Kubepods.Dir, "cpu.weight")
+	tr.set(t, tr.paths.Kubepods.Dir, "cpu.weight", bootWeight)
+
+	fake := clocktesting.NewFakeClock(epoch)
+	e, rec, _ := newTestEnforcer(t, tr, nil, func(o *Options) { o.Clock = fake; o.ReassertInterval = time.Minute })
+	r := clamp(3, 1, 2*gib)
+	r.Kind = KindReassert
+	if err := e.Apply(context.Background(), r, online(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.take(); !slices.Equal(got, []string{"kubepods/cpu.weight"}) {
+		t.Errorf("written %v, want kubepods/cpu.weight alone", got)
+	}
+	if got := tr.get(t, tr.paths.Kubepods.Dir, "cpu.weight"); got != clamped {
+		t.Errorf("cpu.weight %s, want the clamp's %s back", got, clamped)
+	}
+	if last := e.Status().Last; last.Action != KindReassert || last.Result != ResultChanged || last.Reapply {
+		t.Errorf("last change %+v, want a reassert that changed cpu.weight", last)
+	}
+
+	tr.set(t, tr.paths.Kubepods.Dir, "memory.max", bootMemoryMax)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, models{&topology.Snapshot{CPUs: topology.CPUs{Online: online(0)}}}) }()
+	for !fake.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	fake.Step(time.Minute)
+	for deadline := time.Now().Add(10 * time.Second); !e.Status().Last.Reapply; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no re-assert by Run within 10s; last change %+v", e.Status().Last)
+		}
+	}
+	cancel()
+	<-done
+	if got := tr.get(t, tr.paths.Kubepods.Dir, "memory.max"); got != strconv.FormatInt(2*gib, 10) {
+		t.Errorf("memory.max %s, want the reassert's %d put back by Run", got, 2*gib)
+	}
+}

@@ -13,6 +13,10 @@ const (
 	KindClamp Kind = "ClampCgroups"
 	// KindGrow lowers none: the hardware or the configured capacity grew.
 	KindGrow Kind = "GrowCgroups"
+	// KindReassert writes the limits already applied again, where
+	// kubepods does not hold them: after the daemon started with a state
+	// to resume from, and to retry a write that failed.
+	KindReassert Kind = "ReassertCgroups"
 	// KindRestore puts back what the kubelet writes for the machine as it
 	// is (Restore).
 	KindRestore Kind = "RestoreKubeletLimits"

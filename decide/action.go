@@ -12,6 +12,7 @@ type ActionKind string
 const (
 	KindClampCgroups    ActionKind = "ClampCgroups"
 	KindGrowCgroups     ActionKind = "GrowCgroups"
+	KindReassertCgroups ActionKind = "ReassertCgroups"
 	KindPatchNodeStatus ActionKind = "PatchNodeStatus"
 	KindEmitEvent       ActionKind = "EmitEvent"
 	KindEvict           ActionKind = "Evict"
@@ -19,8 +20,8 @@ const (
 )
 
 // Action is one step of a Decision, to be carried out in list order. The
-// concrete types are ClampCgroups, GrowCgroups, PatchNodeStatus, EmitEvent,
-// Evict and RestartKubelet; the set is closed. Actions are plain values, safe
+// concrete types are ClampCgroups, GrowCgroups, ReassertCgroups,
+// PatchNodeStatus, EmitEvent, Evict and RestartKubelet; the set is closed. Actions are plain values, safe
 // for concurrent reads.
 type Action interface {
 	Kind() ActionKind
@@ -49,6 +50,22 @@ type GrowCgroups struct {
 	Generation int64          `json:"generation"`
 	Capacity   resources.List `json:"capacity"`
 	Limits     CgroupLimits   `json:"limits"`
+}
+
+// ReassertCgroups writes the kubepods limits of the target already applied
+// again, where kubepods does not hold them: on the first pass of a daemon
+// that resumed from its state (the limits may have been rewritten while it
+// was not running), and after a write of them failed (see
+// State.LimitsFailed). Limits are what the kubelet would write for
+// Capacity, as for ClampCgroups; Differ names the limits read at start
+// that did not hold them (empty when none did, or on a retry); Reason says
+// why the write is made. It is the first action of its pass.
+type ReassertCgroups struct {
+	Generation int64          `json:"generation"`
+	Capacity   resources.List `json:"capacity"`
+	Limits     CgroupLimits   `json:"limits"`
+	Differ     []string       `json:"differ,omitempty"`
+	Reason     string         `json:"reason"`
 }
 
 // PatchNodeStatus publishes capacity, allocatable and the CapacityConfigured
@@ -93,6 +110,7 @@ type RestartKubelet struct {
 
 func (ClampCgroups) Kind() ActionKind    { return KindClampCgroups }
 func (GrowCgroups) Kind() ActionKind     { return KindGrowCgroups }
+func (ReassertCgroups) Kind() ActionKind { return KindReassertCgroups }
 func (PatchNodeStatus) Kind() ActionKind { return KindPatchNodeStatus }
 func (EmitEvent) Kind() ActionKind       { return KindEmitEvent }
 func (Evict) Kind() ActionKind           { return KindEvict }
@@ -100,6 +118,7 @@ func (RestartKubelet) Kind() ActionKind  { return KindRestartKubelet }
 
 func (ClampCgroups) Actuates() bool    { return true }
 func (GrowCgroups) Actuates() bool     { return true }
+func (ReassertCgroups) Actuates() bool { return true }
 func (PatchNodeStatus) Actuates() bool { return false }
 func (EmitEvent) Actuates() bool       { return false }
 func (Evict) Actuates() bool           { return true }
@@ -107,6 +126,7 @@ func (RestartKubelet) Actuates() bool  { return true }
 
 func (ClampCgroups) isAction()    {}
 func (GrowCgroups) isAction()     {}
+func (ReassertCgroups) isAction() {}
 func (PatchNodeStatus) isAction() {}
 func (EmitEvent) isAction()       {}
 func (Evict) isAction()           {}
@@ -115,6 +135,7 @@ func (RestartKubelet) isAction()  {}
 var (
 	_ Action = ClampCgroups{}
 	_ Action = GrowCgroups{}
+	_ Action = ReassertCgroups{}
 	_ Action = PatchNodeStatus{}
 	_ Action = EmitEvent{}
 	_ Action = Evict{}

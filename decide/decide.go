@@ -35,6 +35,12 @@ type Input struct {
 	// node-resized was not running, and the pass clamps (Path B). See
 	// EnforcedCapacity.
 	Enforced CgroupLimits
+	// Reassert says that the caller would write the kubepods limits of
+	// Previous.Applied again where they do not hold: it sets it on the
+	// first pass of a daemon that resumed from its state, with Enforced
+	// read just before. The pass then starts with a ReassertCgroups,
+	// unless it writes new limits anyway. See reassert.
+	Reassert bool
 	// ReservedCPUs are the CPU ids of the kubelet's reservedSystemCPUs
 	// (none when it reserves no CPU by id). While one is not among
 	// Physical.OnlineCPUs, the kubelet is not restarted and the condition
@@ -78,6 +84,12 @@ type Decision struct {
 	// caller whose verdict costs file reads (the kubelet's checkpoints)
 	// may decide without it first and read only when this is true.
 	RestartConsidered bool
+	// RestartWaiting says what a kubelet restart that is needed and
+	// allowed waits for (RestartWaitSettle, RestartWaitInterval,
+	// RestartWaitBudget; empty when none waits), and RestartNotBefore
+	// until when.
+	RestartWaiting   string
+	RestartNotBefore time.Time
 	// Err reports input that was refused (*RejectedError): a nonsense
 	// physical reading, which leaves everything as it was, or a malformed
 	// or unsupported configured capacity, which is Infeasible. It is set on
@@ -113,7 +125,8 @@ func managed(name string) bool {
 // clamped at once and evicted (Path B), and when the configured value itself
 // is now above the hardware the clamp is held as EmergencyReduced until that
 // value changes. Calling Decide again with the same input and Previous set to
-// the returned Next yields no actions.
+// the returned Next yields no actions (but for the ReassertCgroups that
+// Input.Reassert and a failed write of the limits due for retry ask for).
 //
 // Decide is a pure function: safe for concurrent use.
 func Decide(in Input) Decision {
@@ -134,16 +147,23 @@ func Decide(in Input) Decision {
 	next.Condition = cond
 	next.Tainted, next.TaintFor = p.taint(pl, next)
 	alloc := Allocatable(pl.desired, in.Reservations)
+	acts := p.actions(pl, next, alloc, ks)
+	re, retry := p.reassert(pl, next, acts)
+	if re != nil {
+		acts = append([]Action{re}, acts...)
+	}
 	return Decision{
 		Target:            pl.desired.Clone(),
 		Allocatable:       alloc,
 		Physical:          p.phys,
 		Condition:         cond,
-		Actions:           p.actions(pl, next, alloc, ks),
+		Actions:           acts,
 		Next:              next,
-		RequeueAfter:      ks.requeue,
+		RequeueAfter:      minPositive(ks.requeue, retry),
 		Ignored:           p.ev.ignored,
 		RestartConsidered: ks.considered,
+		RestartWaiting:    ks.waitFor,
+		RestartNotBefore:  ks.until,
 		Err:               configuredError(p.ev),
 	}
 }

@@ -15,8 +15,9 @@
 // established: refuse a nonsense physical reading; hold memory within the
 // jitter tolerance; judge the configured capacity (configured.go); choose the
 // path and the target (paths.go); follow a shrink in flight or settle the
-// CapacityConfigured condition, with the kubelet restart step (condition.go,
-// kubelet.go); and list the actions in the order the path prescribes.
+// CapacityConfigured condition, with the kubelet restart step and its
+// restart budget (condition.go, kubelet.go, budget.go); and list the actions
+// in the order the path prescribes.
 //
 // Amounts are int64 in base units: cpu in millicores, every other resource in
 // bytes. The kubelet's reservations and eviction thresholds may be a fraction

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/node-resized/node-resized/types"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +164,7 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			t.Fatalf("allocatable %s=%d not within [0, target %d]", name, a, v)
 		}
 	}
-	if d.Condition.Reason == types.ReasonInfeasible && actuates(d) {
+	if d.Condition.Reason == types.ReasonInfeasible && actuates(d, KindReassertCgroups) {
 		t.Fatalf("Infeasible decision actuates: %v", kinds(d.Actions))
 	}
 	if !d.Next.Condition.Same(d.Condition) {
@@ -192,6 +193,23 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			}
 		}
 	}
+	// The restart budget holds, whatever the input: no restart while the
+	// window holds the budget's worth.
+	pol := in.Policy.withDefaults()
+	if hasKind(d.Actions, KindRestartKubelet) {
+		var within int
+		for _, at := range in.Previous.Restarts {
+			if in.Now.Sub(at) < pol.RestartBudgetWindow {
+				within++
+			}
+		}
+		if within >= pol.RestartBudget {
+			t.Fatalf("a kubelet restart with %d restarts in the last %s already (budget %d)", within, pol.RestartBudgetWindow, pol.RestartBudget)
+		}
+	}
+	if len(d.Next.Restarts) > pol.RestartBudget {
+		t.Fatalf("%d restarts kept, more than the budget %d", len(d.Next.Restarts), pol.RestartBudget)
+	}
 	// State survives a JSON round trip (it is written to a file).
 	b, err := json.Marshal(d.Next)
 	if err != nil {
@@ -210,6 +228,7 @@ func statesEqual(a, b State) bool {
 	norm := func(s State) string {
 		s.Condition.LastTransitionTime = s.Condition.LastTransitionTime.UTC()
 		s.ChangedAt, s.RestartAt, s.RestartFailedAt = s.ChangedAt.UTC(), s.RestartAt.UTC(), s.RestartFailedAt.UTC()
+		s.LimitsFailedAt = s.LimitsFailedAt.UTC()
 		if len(s.Applied) == 0 {
 			s.Applied = nil
 		}
@@ -218,6 +237,11 @@ func statesEqual(a, b State) bool {
 		}
 		if len(s.EmergencyTarget) == 0 {
 			s.EmergencyTarget = nil
+		}
+		// The restart history's times, as the clock gave them.
+		s.Restarts = slices.Clone(s.Restarts)
+		for i := range s.Restarts {
+			s.Restarts[i] = s.Restarts[i].UTC()
 		}
 		return fmt.Sprintf("%+v", s)
 	}
@@ -236,10 +260,11 @@ func zeroFilledEqual(a, b resources.List) bool {
 	return true
 }
 
-// actuates reports whether any of the decision's actions changes the node.
-func actuates(d Decision) bool {
+// actuates reports whether any of the decision's actions changes the node,
+// those of the kinds in but left aside.
+func actuates(d Decision, but ...ActionKind) bool {
 	for _, a := range d.Actions {
-		if a.Actuates() {
+		if a.Actuates() && !slices.Contains(but, a.Kind()) {
 			return true
 		}
 	}

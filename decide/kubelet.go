@@ -26,6 +26,12 @@ type Policy struct {
 	// RestartTimeout is how long a restarted kubelet has to come back Ready
 	// with the target capacity.
 	RestartTimeout time.Duration `json:"restartTimeout,omitempty"`
+	// RestartBudget is the most kubelet restarts Decide asks for in any
+	// RestartBudgetWindow (at most MaxRestartHistory); changes made while
+	// the budget is spent wait for the next restart it allows, which adopts
+	// the latest of them.
+	RestartBudget       int           `json:"restartBudget,omitempty"`
+	RestartBudgetWindow time.Duration `json:"restartBudgetWindow,omitempty"`
 	// TaintWhileStale keeps new pods off the node (the NoSchedule taint
 	// TaintKey) from a loss of hardware until the kubelet has adopted the
 	// new capacity: see State.Tainted.
@@ -41,6 +47,13 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.RestartTimeout <= 0 {
 		p.RestartTimeout = DefaultRestartTimeout
+	}
+	if p.RestartBudget <= 0 {
+		p.RestartBudget = DefaultRestartBudget
+	}
+	p.RestartBudget = min(p.RestartBudget, MaxRestartHistory)
+	if p.RestartBudgetWindow <= 0 {
+		p.RestartBudgetWindow = DefaultRestartBudgetWindow
 	}
 	return p
 }
@@ -78,14 +91,22 @@ type kubeletOutcome struct {
 	// considered: the outcome depends on Kubelet.RestartAllowed (see
 	// Decision.RestartConsidered).
 	considered bool
+	// waitFor and until: a restart is needed and allowed, and waits for
+	// this (RestartWaitSettle, RestartWaitInterval, RestartWaitBudget)
+	// until then.
+	waitFor string
+	until   time.Time
 }
 
 // kubeletStep decides whether the kubelet must be restarted to adopt the
 // target and whether to wait for it. A stock kubelet re-reads the machine only
 // at start, so a restart helps only when the target is the physical capacity;
 // a restart is asked for after the change has settled, at most once per
-// RestartInterval, and a restarted kubelet must come back Ready with the
-// target before the change is Accepted. A restart that fails (its actuator
+// RestartInterval and at most RestartBudget times in any
+// RestartBudgetWindow, and a restarted kubelet must come back Ready with the
+// target before the change is Accepted. A change made while a restart waits
+// is adopted by that restart (it restarts into the target as it then is);
+// a change made while a restart runs is adopted by the next one. A restart that fails (its actuator
 // says so, or the kubelet is not back Ready with the target within
 // RestartTimeout) is reported once and not tried again until the target
 // changes: there is no restart loop.
@@ -113,6 +134,12 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 			return agrees()
 		case k.Report.At.Equal(last) && k.Report.Failed != "":
 			return restartFailed(next, now, "the kubelet restart failed: "+k.Report.Failed)
+		case k.Report.At.Equal(last) && k.Ready && next.ChangedAt.After(last):
+			// The target changed while the restart ran, which is done
+			// and the kubelet back: whatever machine it read, the
+			// change is the next restart's, not this one's failure.
+			next.RestartPending = false
+			return kubeletStep(withoutPending(in), pol, jitter, target, phys, next)
 		case !now.Before(last) && now.Sub(last) < pol.RestartTimeout:
 			return kubeletOutcome{waiting: waiting, requeue: pol.RestartTimeout - now.Sub(last)}
 		case matches:
@@ -143,18 +170,35 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 		return kubeletOutcome{considered: true, note: fmt.Sprintf("the kubelet still runs with its start-up capacity (%s); it needs a restart to adopt the target, which is not done: %s",
 			viewOf(k.Capacity, target), why)}
 	}
-	wait := pol.SettleDelay - now.Sub(next.ChangedAt)
+	wait, waitFor := pol.SettleDelay-now.Sub(next.ChangedAt), RestartWaitSettle
 	if !last.IsZero() {
 		if w := pol.RestartInterval - now.Sub(last); w > wait {
-			wait = w
+			wait, waitFor = w, RestartWaitInterval
+		}
+	}
+	if free := budgetFreeAt(prev.Restarts, now, pol.RestartBudget, pol.RestartBudgetWindow); !free.IsZero() {
+		if w := free.Sub(now); w > wait {
+			wait, waitFor = w, RestartWaitBudget
 		}
 	}
 	if wait > 0 {
-		return kubeletOutcome{considered: true, waiting: "waiting before restarting the kubelet (settle delay, restart rate limit)", requeue: wait}
+		msg := "waiting before restarting the kubelet (settle delay, restart rate limit)"
+		if waitFor == RestartWaitBudget {
+			msg = budgetMessage(pol, now.Add(wait))
+		}
+		return kubeletOutcome{considered: true, waiting: msg, requeue: wait, waitFor: waitFor, until: now.Add(wait)}
 	}
 	next.RestartAt = now
 	next.RestartPending = true
+	next.Restarts = recordRestart(prev.Restarts, now, pol.RestartBudget, pol.RestartBudgetWindow)
 	return kubeletOutcome{considered: true, waiting: waiting, restart: true, requeue: pol.RestartTimeout}
+}
+
+// withoutPending is in with no restart outstanding, for deciding afresh on
+// a restart that is over.
+func withoutPending(in Input) Input {
+	in.Previous.RestartPending = false
+	return in
 }
 
 // restartFailed records a failed restart in next: it is not retried until

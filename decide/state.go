@@ -3,6 +3,7 @@ package decide
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
@@ -29,8 +30,17 @@ type State struct {
 	// Spec is Configured.Key() of the spec value the condition refers to.
 	Spec string `json:"spec"`
 	// Applied is the target currently enforced on the kubepods cgroup and
-	// published in Node status.
+	// published in Node status; while LimitsFailed is set, its kubepods
+	// limits are not known to hold.
 	Applied resources.List `json:"applied,omitempty"`
+	// LimitsFailed says why the last write of Applied's kubepods limits
+	// failed, LimitsFailures how many writes in a row did, LimitsFailedAt
+	// when the last one did; all empty once a write lands. While it is
+	// set, the limits are written again (ReassertCgroups) every
+	// LimitsRetryAfter(LimitsFailures). See LimitsWritten.
+	LimitsFailed   string    `json:"limitsFailed,omitempty"`
+	LimitsFailures int       `json:"limitsFailures,omitempty"`
+	LimitsFailedAt time.Time `json:"limitsFailedAt,omitzero"`
 	// Physical is the physical capacity the last pass used, memory held
 	// steady within the jitter tolerance.
 	Physical resources.List `json:"physical,omitempty"`
@@ -53,6 +63,11 @@ type State struct {
 	// Policy.RestartTimeout passes).
 	RestartAt      time.Time `json:"restartAt,omitempty"`
 	RestartPending bool      `json:"restartPending,omitempty"`
+	// Restarts are the times of the kubelet restarts Decide asked for
+	// within the restart budget's window, oldest first (at most
+	// Policy.RestartBudget of them): the budget's history, kept across a
+	// daemon restart.
+	Restarts []time.Time `json:"restarts,omitempty"`
 	// RestartFailed says why the restart asked for at RestartAt failed,
 	// and RestartFailedAt when that was found; no restart is asked for
 	// again until Applied changes after it.
@@ -72,6 +87,7 @@ func (s State) clone() State {
 	s.Applied = s.Applied.Clone()
 	s.Physical = s.Physical.Clone()
 	s.EmergencyTarget = s.EmergencyTarget.Clone()
+	s.Restarts = slices.Clone(s.Restarts)
 	return s
 }
 
@@ -82,7 +98,8 @@ const MaxClockSkew = 5 * time.Minute
 // Validate reports why s, read back from disk, is not a State that Decide
 // could have written, or nil: a version other than StateVersion, a negative
 // generation or resource amount, a time later than now plus MaxClockSkew,
-// or an eviction in flight towards a target that is not a list of known
+// a restart history longer than MaxRestartHistory, out of order or with a
+// zero time, or an eviction in flight towards a target that is not a list of known
 // resources within the recorded physical capacity, with positive cpu and
 // memory.
 // It is a pure function of s and now.
@@ -92,6 +109,9 @@ func (s State) Validate(now time.Time) error {
 	}
 	if s.Generation < 0 {
 		return fmt.Errorf("generation %d is negative", s.Generation)
+	}
+	if s.LimitsFailures < 0 {
+		return fmt.Errorf("limitsFailures %d is negative", s.LimitsFailures)
 	}
 	for _, l := range []struct {
 		field string
@@ -107,9 +127,22 @@ func (s State) Validate(now time.Time) error {
 	for _, t := range []struct {
 		field string
 		at    time.Time
-	}{{"changedAt", s.ChangedAt}, {"restartAt", s.RestartAt}, {"restartFailedAt", s.RestartFailedAt}} {
+	}{{"changedAt", s.ChangedAt}, {"restartAt", s.RestartAt}, {"restartFailedAt", s.RestartFailedAt}, {"limitsFailedAt", s.LimitsFailedAt}} {
 		if t.at.After(latest) {
 			return fmt.Errorf("%s %s is in the future (now %s)", t.field, t.at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+	}
+	if n := len(s.Restarts); n > MaxRestartHistory {
+		return fmt.Errorf("restarts: %d of them, more than the %d kept", n, MaxRestartHistory)
+	}
+	for i, at := range s.Restarts {
+		switch {
+		case at.IsZero():
+			return fmt.Errorf("restarts[%d] is the zero time", i)
+		case at.After(latest):
+			return fmt.Errorf("restarts[%d] %s is in the future (now %s)", i, at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		case i > 0 && at.Before(s.Restarts[i-1]):
+			return fmt.Errorf("restarts[%d] %s is before restarts[%d]: not oldest first", i, at.UTC().Format(time.RFC3339), i-1)
 		}
 	}
 	if s.Evicting {
@@ -137,4 +170,37 @@ func (s State) Validate(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// Retrying a failed write of the kubepods limits: the first retry after
+// LimitsRetryMin, each next one after twice as long, at most LimitsRetryMax.
+const (
+	LimitsRetryMin = time.Second
+	LimitsRetryMax = time.Minute
+)
+
+// LimitsRetryAfter is how long after the failures-th failed write in a row
+// of the kubepods limits the next one is made. A pure function.
+func LimitsRetryAfter(failures int) time.Duration {
+	d := LimitsRetryMin
+	for i := 1; i < failures && d < LimitsRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, LimitsRetryMax)
+}
+
+// LimitsWritten returns s after a write of Applied's kubepods limits made
+// at now: with err nil the limits hold and LimitsFailed is cleared; with an
+// error they are not recorded as holding: LimitsFailed says why, and the
+// failure is counted. The caller that carried out a ClampCgroups,
+// GrowCgroups or ReassertCgroups feeds its outcome into the decision's
+// Next with it before persisting it. A pure function.
+func (s State) LimitsWritten(err error, now time.Time) State {
+	if err == nil {
+		s.LimitsFailed, s.LimitsFailures, s.LimitsFailedAt = "", 0, time.Time{}
+		return s
+	}
+	s.LimitsFailed, s.LimitsFailedAt = err.Error(), now
+	s.LimitsFailures++
+	return s
 }

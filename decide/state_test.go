@@ -42,6 +42,19 @@ func TestStateValidate(t *testing.T) {
 		{name: "restart in 2099", change: func(s *State) { s.RestartAt = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC) }, want: "restartAt 2099-01-01T00:00:00Z is in the future"},
 		{name: "changed beyond the skew", change: func(s *State) { s.ChangedAt = now.Add(MaxClockSkew + time.Second) }, want: "changedAt"},
 		{name: "restart failed in the future", change: func(s *State) { s.RestartFailedAt = now.Add(24 * time.Hour) }, want: "restartFailedAt"},
+		{name: "a restart history", change: func(s *State) {
+			s.Restarts = []time.Time{now.Add(-10 * time.Minute), now.Add(-time.Minute), now.Add(MaxClockSkew)}
+		}},
+		{name: "a restart in the future", change: func(s *State) { s.Restarts = []time.Time{now.Add(-time.Minute), now.Add(MaxClockSkew + time.Second)} },
+			want: "restarts[1] 2026-03-01T12:05:01Z is in the future"},
+		{name: "a restart at the zero time", change: func(s *State) { s.Restarts = []time.Time{{}} }, want: "restarts[0] is the zero time"},
+		{name: "restarts out of order", change: func(s *State) { s.Restarts = []time.Time{now.Add(-time.Minute), now.Add(-time.Hour)} },
+			want: "restarts[1] 2026-03-01T11:00:00Z is before restarts[0]"},
+		{name: "too many restarts", change: func(s *State) {
+			for i := range MaxRestartHistory + 1 {
+				s.Restarts = append(s.Restarts, now.Add(time.Duration(i-MaxRestartHistory)*time.Second))
+			}
+		}, want: "restarts: 65 of them"},
 		{name: "evicting at generation 0", change: func(s *State) { s.Generation = 0 }, want: "generation 0"},
 		{name: "evicting, nothing applied", change: func(s *State) { s.Applied = nil }, want: "no applied capacity"},
 		{name: "evicting on a machine without huge pages", change: func(s *State) {

@@ -2,10 +2,12 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
+	"github.com/node-resized/node-resized/internal/fault"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
@@ -44,9 +46,28 @@ type Restarter struct {
 	ReservedCPUs      topology.CPUSet
 	StrictReservation bool
 	ReservedMemory    map[int]map[string]uint64
-	// Logger says which way the kubelet is restarted (nil:
-	// slog.Default()).
-	Logger *slog.Logger
+
+	// StopRecord is the stop record's path (StopRecordFile in the
+	// daemon's state directory): written before the kubelet is stopped,
+	// removed once it runs again (empty: none is kept, and Recover has
+	// nothing to go on). BootIDPath is the kernel's boot id
+	// (/proc/sys/kernel/random/boot_id when empty). Machine is the
+	// machine as it is now, for Recover's rewrite (nil: Recover starts the
+	// unit with the checkpoints as they are). Recovered, when set, is
+	// told of each unit Recover started. Logger is where the stop path and
+	// recovery log (slog's default when nil).
+	StopRecord string
+	BootIDPath string
+	Machine    func() (*topology.Snapshot, error)
+	Recovered  func(rec StopRecord, err error)
+	Logger     *slog.Logger
+	// StartWait bounds Recover's wait for its start job's result
+	// (a minute when 0); a start not done by then is queued all the same.
+	StartWait time.Duration
+
+	mu       sync.Mutex // serializes the stop/rewrite/start path and Recover
+	downOnce sync.Once  // makes down
+	down     chan struct{}
 }
 
 // NewRestarter returns a restarter for the kubelet whose configuration is
@@ -71,13 +92,6 @@ func (r *Restarter) hasPrestart(ctx context.Context, unit string) bool {
 		return false
 	}
 	return HasPrestart(st)
-}
-
-func (r *Restarter) log() *slog.Logger {
-	if r.Logger != nil {
-		return r.Logger
-	}
-	return slog.Default()
 }
 
 func (r *Restarter) unit() string {
@@ -109,10 +123,10 @@ func (r *Restarter) Check(snap *topology.Snapshot) error {
 // if node-resized dies meanwhile. Otherwise, when a checkpoint must be
 // rewritten the order is stop, rewrite (planned again on the files the
 // stopped kubelet left), start, so that no running kubelet writes the old
-// state over the new one; with nothing to rewrite, one restart job. In
+// state over the new one (stopRewriteStart: once the stop is queued, it
+// always ends in a start); with nothing to rewrite, one restart job. In
 // both ways a checkpoint no plan can make safe is an error and no job. The
-// unit must be active. When the rewrite fails after the stop, the kubelet
-// is started anyway, as it was, and the error returned.
+// unit must be active.
 func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (systemd.JobResult, error) {
 	unit := r.unit()
 	p, err := r.plan(snap)
@@ -124,23 +138,12 @@ func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (syste
 			"unit", unit, "path", "one-job", "dropin", PrestartDropIn, "rewrite", p.changed())
 		return r.Systemd.Restart(ctx, unit)
 	}
-	r.log().Info("restarting the kubelet without node-resized's pre-start (no "+PrestartDropIn+" among its drop-ins)",
+	r.log().Info("restarting the kubelet without node-resized's pre-start (its drop-in "+PrestartDropIn+" is absent or masked)",
 		"unit", unit, "path", map[bool]string{true: "stop-rewrite-start", false: "one-job"}[p.changed()])
 	if !p.changed() {
 		return r.Systemd.Restart(ctx, unit)
 	}
-	res, err := r.Systemd.Stop(ctx, unit)
-	if err != nil {
-		return "", err
-	}
-	if res != systemd.JobDone {
-		return res, fmt.Errorf("stop %s before rewriting its checkpoints: job %s", unit, res)
-	}
-	if err := r.rewrite(snap); err != nil {
-		res, serr := r.Systemd.Start(ctx, unit)
-		return res, errors.Join(fmt.Errorf("restart %s: %w; started it with its checkpoints as they were", unit, err), serr)
-	}
-	return r.Systemd.Start(ctx, unit)
+	return r.stopRewriteStart(ctx, unit, snap)
 }
 
 // rewrite plans both checkpoints again and applies the plans.
@@ -154,6 +157,7 @@ func (r *Restarter) rewrite(snap *topology.Snapshot) error {
 			return err
 		}
 	}
+	fault.Point("checkpoint-between")
 	if p.mem != nil {
 		if err := p.mem.Apply(); err != nil {
 			return err

@@ -84,9 +84,16 @@ type Metrics struct {
 	// result (systemd's job result: done, failed, timeout, …; error when
 	// the restart did not get a result).
 	KubeletRestarts *prometheus.CounterVec
+	// KubeletRecoveries counts the kubelet units node-resized found left
+	// stopped by a stop of its own (a daemon killed mid-restart) and
+	// started again.
+	KubeletRecoveries prometheus.Counter
 	// Tainted is 1 while node-resized keeps its NoSchedule taint on the
 	// Node (--taint-while-stale, from a loss until the kubelet adopts it).
 	Tainted prometheus.Gauge
+	// KubepodsLimitsFailing is 1 while the last write of the kubepods
+	// limits for the applied target failed (it is retried).
+	KubepodsLimitsFailing prometheus.Gauge
 }
 
 // New creates the metrics and registers them, with the Go runtime and
@@ -188,6 +195,16 @@ func New() *Metrics {
 			Name:      "kubelet_restarts_total",
 			Help:      "Kubelet restarts node-resized did so that the kubelet adopts a capacity, by result (systemd's job result, or error).",
 		}, []string{"result"}),
+		KubepodsLimitsFailing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "kubepods_limits_failing",
+			Help:      "1 while the last write of the kubepods limits for the applied target failed (a clamp that did not land; it is retried), 0 otherwise.",
+		}),
+		KubeletRecoveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "kubelet_recoveries_total",
+			Help:      "Kubelet units node-resized found left stopped by a restart of its own that did not finish (the daemon killed after the stop) and started again.",
+		}),
 		Tainted: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "node_tainted",
@@ -201,6 +218,8 @@ func New() *Metrics {
 		m.RebuildDuration, m.IncrementalMismatch, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
 		m.CapacityCondition, m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
+		m.KubepodsLimitsFailing,
+		m.KubeletRecoveries,
 	)
 	return m
 }

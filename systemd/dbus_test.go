@@ -85,6 +85,7 @@ type fakeSystemd struct {
 	mu       sync.Mutex // guards the fields below
 	result   string     // the JobRemoved result; "" sends none
 	restarts []string   // the mode of each RestartUnit call
+	starts   []string   // the mode of each StartUnit call
 	jobs     []string   // each job: "restart", "stop" or "start"
 	called   chan struct{}
 }
@@ -117,9 +118,13 @@ func exportSystemd(t *testing.T, addr, unit, active, result string) *fakeSystemd
 			"MainPID":                {Value: uint32(100)},
 			"ExecMainStartTimestamp": {Value: started},
 			"NRestarts":              {Value: uint32(0)},
+			"TimeoutStopUSec":        {Value: uint64(90_000_000)},
 		},
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prop.Export(conn, sdPath, prop.Map{sdManager: {"SystemState": {Value: "running"}}}); err != nil {
 		t.Fatal(err)
 	}
 	reply, err := conn.RequestName(sdName, godbus.NameFlagDoNotQueue)
@@ -161,6 +166,9 @@ func (f *fakeSystemd) StartUnit(name, mode string) (godbus.ObjectPath, *godbus.E
 	if name != f.unit {
 		return "", godbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not found."})
 	}
+	f.mu.Lock()
+	f.starts = append(f.starts, mode)
+	f.mu.Unlock()
 	return f.queue(name, "start")
 }
 
@@ -238,7 +246,7 @@ func TestRestartDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := UnitState{Unit: testUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 100,
+	want := UnitState{Unit: testUnit, LoadState: "loaded", ActiveState: "active", SubState: "running", MainPID: 100, TimeoutStop: 90 * time.Second,
 		DropInPaths: []string{"/usr/lib/systemd/system/" + testUnit + ".d/10-test.conf"},
 		MainStart:   time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		ActiveEnter: time.Date(2026, 1, 2, 3, 4, 5, 1000000, time.UTC)}

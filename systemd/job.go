@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/node-resized/node-resized/internal/fault"
 )
 
 // JobResult is the result systemd reports for a job in its JobRemoved
@@ -22,6 +25,9 @@ const (
 	JobDependency JobResult = "dependency" // a required unit failed
 	JobSkipped    JobResult = "skipped"    // a condition was not met
 )
+
+// callTimeout bounds a job's method call, D-Bus's default reply timeout.
+const callTimeout = 25 * time.Second
 
 // ErrUnitNotActive is wrapped by the error Restart and Stop return when
 // the unit is not active: a unit that is stopped, failed or still starting
@@ -70,7 +76,10 @@ func (c *Client) requireActive(ctx context.Context, unit, what string) error {
 	return nil
 }
 
-// job queues a job with call and waits for its result.
+// job queues a job with call and waits for its result. The call itself
+// is not cut short by ctx (it has its own bound, callTimeout), so that a
+// caller whose ctx ends at that moment knows the job was queued when no
+// call error is returned; ctx ends the wait for the result.
 func (c *Client) job(ctx context.Context, unit, what string,
 	call func(*sddbus.Conn, context.Context, string, string, chan<- string) (int, error)) (JobResult, error) {
 	conn, err := c.connect()
@@ -78,9 +87,13 @@ func (c *Client) job(ctx context.Context, unit, what string,
 		return "", err
 	}
 	done := make(chan string, 1)
-	if _, err := call(conn, ctx, unit, "replace", done); err != nil {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	_, err = call(conn, cctx, unit, "replace", done)
+	cancel()
+	if err != nil {
 		return "", c.callError(conn, what+" "+unit, err)
 	}
+	fault.Point(strings.TrimSuffix(unit, ".service") + "-" + what + "-queued") // kubelet-stop-queued
 	tick := time.NewTicker(c.poll)
 	defer tick.Stop()
 	for {

@@ -34,8 +34,12 @@ func TestUnitFile(t *testing.T) {
 		// flags from the optional /etc/default/node-resized (make install
 		// rewrites the path to $(PREFIX)/bin). Unbraced, so that systemd
 		// splits the variable into one argument per word.
-		"Service.EnvironmentFile":      "-/etc/default/node-resized",
-		"Service.ExecStart":            "/usr/bin/node-resized $NODE_RESIZED_ARGS",
+		"Service.EnvironmentFile": "-/etc/default/node-resized",
+		"Service.ExecStart":       "/usr/bin/node-resized $NODE_RESIZED_ARGS",
+		// The safety net of a kubelet restart cut short, and the time a
+		// stop gives a restart under way to finish.
+		"Service.ExecStopPost":         "-/usr/bin/node-resized kubelet-recover $NODE_RESIZED_ARGS",
+		"Service.TimeoutStopSec":       "30s",
 		"Service.Type":                 "notify",
 		"Service.WatchdogSec":          "30s",
 		"Service.RuntimeDirectory":     "node-resized",

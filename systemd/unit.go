@@ -22,6 +22,8 @@ type UnitState struct {
 	MainStart   time.Time `json:"mainStart,omitzero"`
 	// DropInPaths are the unit's drop-in files, as systemd loaded them.
 	DropInPaths []string `json:"dropInPaths,omitempty"`
+	// TimeoutStop is the service's TimeoutStopSec (0: none or unknown).
+	TimeoutStop time.Duration `json:"timeoutStop,omitzero"`
 }
 
 // Active reports whether the unit is active (ActiveState "active").
@@ -61,6 +63,7 @@ func (c *Client) UnitState(ctx context.Context, unit string) (UnitState, error) 
 	st.MainPID, _ = sp["MainPID"].(uint32)
 	st.NRestarts, _ = sp["NRestarts"].(uint32)
 	st.MainStart = usecTime(sp["ExecMainStartTimestamp"])
+	st.TimeoutStop = usecDuration(sp["TimeoutStopUSec"])
 	return st, nil
 }
 

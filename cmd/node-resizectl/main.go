@@ -266,6 +266,9 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 		if k.Taint != "" {
 			fmt.Fprintf(tw, "Taint:\t%s (new pods kept off until the kubelet has adopted the change)\n", k.Taint)
 		}
+		if k.LimitsFailed != "" {
+			fmt.Fprintf(tw, "Clamp:\tNOT LANDED, retrying: %s\n", k.LimitsFailed)
+		}
 	}
 	if k := st.Kubelet; k != nil {
 		printKubelet(tw, k, st.Now)
@@ -352,6 +355,11 @@ func printKubelet(tw io.Writer, k *api.KubeletStatus, now time.Time) {
 		restart += ", restarting now"
 	case k.RestartBlocked != "":
 		restart += ", not now: " + k.RestartBlocked
+	case k.RestartWaiting != "":
+		restart += fmt.Sprintf(", next at %s (%s)", k.NextRestart.Local().Format(time.DateTime), restartWait(k.RestartWaiting))
+	}
+	if k.RestartBudget != "" {
+		restart += fmt.Sprintf("; budget %s, %d used", k.RestartBudget, len(k.RecentRestarts))
 	}
 	if r := k.LastRestart; r != nil {
 		restart += fmt.Sprintf("; last restart %s at %s", r.Result, r.At.Local().Format(time.DateTime))
@@ -360,6 +368,19 @@ func printKubelet(tw io.Writer, k *api.KubeletStatus, now time.Time) {
 		}
 	}
 	fmt.Fprintf(tw, "Kubelet restarts:\t%s\n", restart)
+}
+
+// restartWait says what a restart waits for, from the status's word.
+func restartWait(w string) string {
+	switch w {
+	case "settle":
+		return "the change to settle"
+	case "interval":
+		return "the minimum interval"
+	case "budget":
+		return "the restart budget is spent"
+	}
+	return w
 }
 
 func sortedKeys(m map[string]string) []string {

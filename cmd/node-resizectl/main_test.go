@@ -49,3 +49,20 @@ func TestPrintKubelet(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintKubeletBudget: a restart that waits for the budget says until
+// when, and the budget shows how much of it is used.
+func TestPrintKubeletBudget(t *testing.T) {
+	var b strings.Builder
+	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	next := started.Add(20 * time.Minute)
+	printKubelet(&b, &api.KubeletStatus{KubeletView: types.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started},
+		Restart: "auto", RestartBudget: "3/20m", RecentRestarts: []time.Time{started, started.Add(time.Minute), started.Add(2 * time.Minute)},
+		RestartWaiting: "budget", NextRestart: next}, started.Add(time.Minute))
+	out := b.String()
+	for _, want := range []string{"auto, next at " + next.Local().Format(time.DateTime) + " (the restart budget is spent); budget 3/20m, 3 used"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/systemd"
@@ -71,6 +72,7 @@ Usage:
   node-resized --uninstall [flags]     undo what it set on this node (stop the daemon first), and exit
   node-resized kubelet-prestart [flags] make the kubelet's checkpoints fit the machine: run by
                                        kubelet.service before it starts (see its --help)
+  node-resized kubelet-recover [flags] start a kubelet a restart left stopped (the unit's ExecStopPost)
 
 Examples:
   node-resized                                   node agent with the kubelet's kubeconfig
@@ -132,6 +134,9 @@ type options struct {
 	kubeletSettle         time.Duration
 	kubeletMinInterval    time.Duration
 	kubeletRestartTimeout time.Duration
+	kubeletBudget         string
+	kubeletBudgetN        int
+	kubeletBudgetWindow   time.Duration
 	kubeletFieldManager   string
 	kubeletPodResources   bool
 	taintWhileStale       bool
@@ -182,6 +187,8 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeletRestart, "kubelet-restart", agent.RestartAuto, "auto: restart the kubelet (checkpoints made safe first) so that it adopts a changed machine; never: only say in the condition and node_resized_kubelet_restart_needed that a restart is needed")
 	fs.DurationVar(&o.kubeletSettle, "kubelet-restart-settle", 10*time.Second, "restart the kubelet once the capacity has not changed for this long")
 	fs.DurationVar(&o.kubeletMinInterval, "kubelet-restart-min-interval", 2*time.Minute, "at most one kubelet restart per this long")
+	fs.StringVar(&o.kubeletBudget, "kubelet-restart-budget", decide.FormatBudget(decide.DefaultRestartBudget, decide.DefaultRestartBudgetWindow),
+		"at most N kubelet restarts in any WINDOW (N/WINDOW); changes made meanwhile wait for the next restart it allows, with the clamp and the taint in place (node-problem-detector's FrequentKubeletRestart counts 5 starts in 20m)")
 	fs.DurationVar(&o.kubeletRestartTimeout, "kubelet-restart-timeout", 2*time.Minute, "a restarted kubelet must be back Ready with the new capacity within this long; otherwise a KubeletRestartFailed event, and no second restart for that change")
 	fs.StringVar(&o.kubeletFieldManager, "kubelet-field-manager", kubelet.DefaultFieldManager, "the kubelet's field manager in the Node's managedFields: its status.capacity writes are its view of the machine")
 	fs.BoolVar(&o.kubeletPodResources, "kubelet-pod-resources", true, "ask the kubelet's pod-resources API (<kubelet-root-dir>/pod-resources/kubelet.sock) which CPUs and memory per NUMA node it knows")
@@ -240,6 +247,9 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 		return nil, errors.New("--kubelet-unit must not be empty")
 	}
 	var err error
+	if o.kubeletBudgetN, o.kubeletBudgetWindow, err = decide.ParseBudget(o.kubeletBudget); err != nil {
+		return nil, fmt.Errorf("--kubelet-restart-budget: %w", err)
+	}
 	if o.jitterBytes, err = resources.Parse(resources.Memory, o.memoryJitter); err != nil || o.jitterBytes < 0 {
 		return nil, fmt.Errorf("--memory-jitter: want a quantity such as 100Mi, got %q", o.memoryJitter)
 	}
@@ -284,6 +294,9 @@ func newLogger(o *options, stderr io.Writer) *slog.Logger {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "kubelet-prestart" {
 		os.Exit(kubeletPrestart(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "kubelet-recover" {
+		os.Exit(kubeletRecover(os.Args[2:]))
 	}
 	o, err := parseFlags(os.Args[1:], os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {

@@ -40,6 +40,7 @@ type parts struct {
 	nrt      *nrt.Publisher
 	evictor  *evict.Evictor
 	watcher  *kubelet.Watcher
+	recovery *kubelet.Restarter // starts a kubelet a restart left stopped
 	systemd  *systemd.Client
 	api      *api.Server
 	info     api.Info
@@ -91,6 +92,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		if restarter, err = newRestarter(o, kcfg, p.systemd, log); err != nil {
 			return nil, err
 		}
+		p.recovery = p.withRecovery(restarter, o, log, m)
 	}
 	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, log, m)
 	if p.relay != nil {
@@ -223,9 +225,11 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 		Logger:       log,
 		Metrics:      m,
 		Policy: decide.Policy{
-			SettleDelay:     o.kubeletSettle,
-			RestartInterval: o.kubeletMinInterval,
-			RestartTimeout:  o.kubeletRestartTimeout,
+			SettleDelay:         o.kubeletSettle,
+			RestartInterval:     o.kubeletMinInterval,
+			RestartTimeout:      o.kubeletRestartTimeout,
+			RestartBudget:       o.kubeletBudgetN,
+			RestartBudgetWindow: o.kubeletBudgetWindow,
 			// Standalone there is no Node to taint.
 			TaintWhileStale: o.taintWhileStale && relay != nil,
 		},

@@ -60,6 +60,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	if p.watcher != nil {
 		start("kubelet watch", p.watcher.Run) // systemd and the pod-resources API, polled
 	}
+	if p.recovery != nil {
+		start("kubelet recovery", p.recovery.Run) // at start and on a timer
+	}
 	start("local API", func(ctx context.Context) error { return p.api.Serve(ctx, p.socket) })
 	if p.tcp != nil {
 		start("TCP listener", func(ctx context.Context) error { return p.api.ServeTCP(ctx, p.tcp) })

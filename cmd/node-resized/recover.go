@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/node-resized/node-resized/agent"
+	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/systemd"
+	"github.com/node-resized/node-resized/topology"
+	"github.com/node-resized/node-resized/types"
+)
+
+// recoverWithin bounds `node-resized kubelet-recover`: it runs as
+// node-resized.service's ExecStopPost, within the unit's TimeoutStopSec.
+const recoverWithin = 20 * time.Second
+
+// stopRecordPath is the kubelet's stop record, in the state directory.
+func (o *options) stopRecordPath() string {
+	return filepath.Join(filepath.Dir(o.stateFile), kubelet.StopRecordFile)
+}
+
+// bootIDPath is the kernel's boot id under --procfs-root.
+func (o *options) bootIDPath() string {
+	return filepath.Join(o.procfsRoot, "sys", "kernel", "random", "boot_id")
+}
+
+// withRecovery completes the restarter built for the daemon with what
+// recovery needs: the stop record, the monitor's model of the machine,
+// and a metric and an event for each kubelet it starts. It returns the
+// restarter, whose Run is the recovery loop.
+func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Logger, m *metrics.Metrics) *kubelet.Restarter {
+	a, ok := ar.(restarter)
+	if !ok {
+		return nil
+	}
+	r := a.Restarter
+	r.StopRecord, r.BootIDPath, r.Logger = o.stopRecordPath(), o.bootIDPath(), log
+	r.Machine = func() (*topology.Snapshot, error) {
+		if snap, _ := p.monitor.Snapshot(); snap != nil {
+			return snap, nil
+		}
+		return nil, errors.New("no model of the machine yet")
+	}
+	relay := p.relay
+	r.Recovered = func(rec kubelet.StopRecord, err error) {
+		m.KubeletRecoveries.Inc()
+		msg := fmt.Sprintf("started %s, which node-resized (pid %d) had stopped at %s to rewrite its checkpoints and had not started again", rec.Unit, rec.PID, rec.At.Format(time.RFC3339))
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		if relay != nil {
+			relay.Event(types.EventWarning, "KubeletRecovered", msg)
+		}
+	}
+	return r
+}
+
+// kubeletRecover is `node-resized kubelet-recover [daemon flags]`,
+// node-resized.service's ExecStopPost: the safety net for a daemon that
+// died (SIGKILL, OOM, watchdog) after it stopped the kubelet and before
+// it started it. When the stop record exists, is of this boot and the
+// kubelet's unit is stopped, it makes the checkpoints safe for the
+// machine as sysfs shows it and starts the unit, with a start that
+// replaces no job (never a shutdown's). It waits a few seconds at most
+// for a unit still stopping; nothing at all during a shutdown. It takes
+// the daemon's flags (--state-file, --kubelet-unit, --kubelet-config,
+// --kubelet-root-dir, --sysfs-root, --procfs-root, the log flags) and
+// ignores the others. It exits 0 unless the unit it had to start could
+// not be started.
+func kubeletRecover(args []string) int {
+	o, err := parseFlags(args, os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-resized kubelet-recover:", err)
+		return 2
+	}
+	log := newLogger(o, os.Stderr).With("part", "kubelet-recover")
+	if _, err := os.Lstat(o.stopRecordPath()); errors.Is(err, os.ErrNotExist) {
+		return 0 // the common case: the daemon stopped with no restart under way
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recoverWithin)
+	defer cancel()
+	sd := systemd.NewClient()
+	defer sd.Close()
+	r := &kubelet.Restarter{Unit: o.kubeletUnit, Systemd: sd}
+	if kcfg, err := loadKubeletConfig(o, log); err != nil {
+		log.Warn("the kubelet's configuration: its checkpoints are left as they are", "err", err)
+	} else if r, err = kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg); err != nil {
+		log.Warn("the kubelet's configuration: its checkpoints are left as they are", "err", err)
+		r = &kubelet.Restarter{Unit: o.kubeletUnit, Systemd: sd}
+	} else {
+		r.Machine = func() (*topology.Snapshot, error) {
+			fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
+			if err != nil {
+				return nil, err
+			}
+			return fsys.Snapshot()
+		}
+	}
+	r.StopRecord, r.BootIDPath, r.Logger = o.stopRecordPath(), o.bootIDPath(), log
+	// During `systemctl stop node-resized` the kubelet's start is
+	// ordered after this unit's stop, which waits for this command:
+	// queue the start, and wait briefly for its result only.
+	r.StartWait = 3 * time.Second
+	rec, _ := kubelet.ReadStopRecord(r.StopRecord)
+	for {
+		got, err := r.Recover(ctx)
+		switch got {
+		case kubelet.RecoveryStarted:
+			log.Warn("started the kubelet that node-resized had stopped and not started again",
+				"unit", o.kubeletUnit, "stopped_at", rec.At, "stopped_by_pid", rec.PID, "err", err)
+			return 0
+		case kubelet.RecoveryWaiting:
+			if ctx.Err() == nil {
+				time.Sleep(250 * time.Millisecond)
+				continue
+			}
+			log.Warn("the kubelet is not stopped yet or could not be started; the daemon's next start retries", "unit", o.kubeletUnit, "err", err)
+			return 1
+		case kubelet.RecoveryShutdown:
+			log.Info("the system is shutting down: the kubelet is left to it", "unit", o.kubeletUnit)
+		case kubelet.RecoveryCleared:
+			log.Info("removed the kubelet's stop record: nothing to start", "unit", o.kubeletUnit, "err", err)
+		}
+		return 0
+	}
+}

@@ -1,0 +1,138 @@
+package kubelet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/node-resized/node-resized/internal/capped"
+)
+
+// StopRecordFile is the stop record's name in node-resized's state
+// directory (the directory of its --state-file).
+const StopRecordFile = "kubelet-stopped.json"
+
+// maxStopRecord caps the stop record's size: it holds a few short fields.
+const maxStopRecord = 4096
+
+// StopRecord says that node-resized stopped the kubelet's unit to rewrite
+// its checkpoints and has not yet seen it started again. It is written
+// durably before the stop is queued and removed once the start job is
+// done and the unit active; whoever finds it with the unit stopped, in
+// the same boot, starts the unit. It is a plain value.
+type StopRecord struct {
+	Unit string    `json:"unit"`
+	At   time.Time `json:"at"`
+	// BootID is the kernel's boot id when the unit was stopped: a record
+	// from another boot is void (the unit's enablement decided at boot).
+	BootID string `json:"bootID"`
+	// PID is the node-resized process that stopped it.
+	PID int `json:"pid"`
+}
+
+// writeStopRecord writes rec to path durably: a temporary file beside it,
+// synced, renamed over path, and the directory synced.
+func writeStopRecord(path string, rec StopRecord) (err error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		return fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", f.Name(), err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", f.Name(), path, err)
+	}
+	return syncDir(dir)
+}
+
+// removeStopRecord removes the record at path durably; a missing one is
+// no error.
+func removeStopRecord(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ReadStopRecord reads the stop record at path. A missing record wraps
+// fs.ErrNotExist. The file is untrusted: it must be a regular file (the
+// open never blocks, a FIFO included), at most 4 KiB, and name a unit
+// and a time.
+func ReadStopRecord(path string) (StopRecord, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return StopRecord{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return StopRecord{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		return StopRecord{}, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	b, err := capped.Read(f, maxStopRecord)
+	if err != nil {
+		return StopRecord{}, err
+	}
+	var rec StopRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return StopRecord{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if rec.Unit == "" || rec.At.IsZero() {
+		return StopRecord{}, fmt.Errorf("%s: no unit or no time", path)
+	}
+	return rec, nil
+}
+
+// readBootID reads the kernel's boot id (/proc/sys/kernel/random/boot_id).
+func readBootID(path string) (string, error) {
+	b, err := capped.ReadFile(path, 64)
+	if err != nil {
+		return "", fmt.Errorf("read the boot id: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("read the boot id: %s is empty", path)
+	}
+	return id, nil
+}
