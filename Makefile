@@ -110,10 +110,11 @@ e2e-node:
 	cd test && $(GO) test -count=1 -v -timeout 40m ./node/
 
 # A plain install without a package: the binaries and the bash completion
-# under $(PREFIX), the unit in /etc/systemd/system with its ExecStart pointed
-# at $(PREFIX)/bin (the unit in the tree, which the packages ship, says
-# /usr/bin), and /etc/default/node-resized only if there is none yet, so that
-# an edited one is kept. Then: systemctl daemon-reload.
+# under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in
+# in /etc/systemd/system/kubelet.service.d with their ExecStart and
+# ExecStartPre pointed at $(PREFIX)/bin (the files in the tree, which the
+# packages ship, say /usr/bin), and /etc/default/node-resized only if there
+# is none yet, so that an edited one is kept. Then: systemctl daemon-reload.
 install: build
 	install -D -m 0755 $(BIN)/node-resized $(DESTDIR)$(PREFIX)/bin/node-resized
 	install -D -m 0755 $(BIN)/node-resizectl $(DESTDIR)$(PREFIX)/bin/node-resizectl
@@ -122,6 +123,10 @@ install: build
 	sed -e 's|^ExecStart=/usr/bin/node-resized|ExecStart=$(PREFIX)/bin/node-resized|' -e 's|^ExecStopPost=-/usr/bin/node-resized|ExecStopPost=-$(PREFIX)/bin/node-resized|' systemd/node-resized.service >$(DESTDIR)/etc/systemd/system/node-resized.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/node-resized.service
 	grep -q '^ExecStart=$(PREFIX)/bin/node-resized ' $(DESTDIR)/etc/systemd/system/node-resized.service
+	install -d $(DESTDIR)/etc/systemd/system/kubelet.service.d
+	sed 's|^ExecStartPre=-/usr/bin/node-resized |ExecStartPre=-$(PREFIX)/bin/node-resized |' packaging/kubelet/90-node-resized.conf >$(DESTDIR)/etc/systemd/system/kubelet.service.d/90-node-resized.conf
+	chmod 0644 $(DESTDIR)/etc/systemd/system/kubelet.service.d/90-node-resized.conf
+	grep -q '^ExecStartPre=-$(PREFIX)/bin/node-resized kubelet-prestart ' $(DESTDIR)/etc/systemd/system/kubelet.service.d/90-node-resized.conf
 	test -e $(DESTDIR)/etc/default/node-resized || install -D -m 0644 packaging/default/node-resized $(DESTDIR)/etc/default/node-resized
 
 # The deb and rpm packages, in dist/ with nfpm's names

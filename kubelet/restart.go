@@ -2,16 +2,12 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/node-resized/node-resized/internal/fault"
-	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
@@ -80,22 +76,25 @@ type Restarter struct {
 // NewRestarter returns a restarter for the kubelet whose configuration is
 // cfg and whose root directory is rootDir.
 func NewRestarter(sd UnitControl, unit, rootDir string, cfg *Config) (*Restarter, error) {
-	r := &Restarter{Unit: unit, Systemd: sd,
-		CPUManagerCheckpoint:    filepath.Join(rootDir, "cpu_manager_state"),
-		MemoryManagerCheckpoint: filepath.Join(rootDir, "memory_manager_state"),
-		ReservedCPUs:            topology.CPUSet(cfg.ReservedCPUs),
+	c, err := NewCheckpoints(rootDir, cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Raw != nil {
-		r.StrictReservation = cfg.Raw.CPUManagerPolicyOptions["strict-cpu-reservation"] == "true"
-		if len(cfg.Raw.ReservedMemory) > 0 {
-			m, err := cfg.ReservedMemory()
-			if err != nil {
-				return nil, err
-			}
-			r.ReservedMemory = m
-		}
+	return &Restarter{Unit: unit, Systemd: sd,
+		CPUManagerCheckpoint: c.CPUManager, MemoryManagerCheckpoint: c.MemoryManager,
+		ReservedCPUs: c.ReservedCPUs, StrictReservation: c.StrictReservation, ReservedMemory: c.ReservedMemory,
+	}, nil
+}
+
+// hasPrestart reports whether the unit has the pre-start drop-in; when its
+// state cannot be read, it says so and reports false.
+func (r *Restarter) hasPrestart(ctx context.Context, unit string) bool {
+	st, err := r.Systemd.UnitState(ctx, unit)
+	if err != nil {
+		r.log().Warn("cannot tell whether the kubelet has node-resized's pre-start; restarting it with a stop and a start", "unit", unit, "err", err)
+		return false
 	}
-	return r, nil
+	return HasPrestart(st)
 }
 
 func (r *Restarter) unit() string {
@@ -105,37 +104,10 @@ func (r *Restarter) unit() string {
 	return r.Unit
 }
 
-// checkpointPlans are the rewrites of both checkpoints for one machine;
-// nil where a checkpoint is missing.
-type checkpointPlans struct {
-	cpu *checkpoint.CPUManagerPlan
-	mem *checkpoint.MemoryManagerPlan
-}
-
-func (p checkpointPlans) changed() bool {
-	return (p.cpu != nil && p.cpu.Changed) || (p.mem != nil && p.mem.Changed)
-}
-
 // plan plans both checkpoints for snap.
 func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
-	var p checkpointPlans
-	var err error
-	p.cpu, err = checkpoint.PlanCPUManager(r.CPUManagerCheckpoint, checkpoint.CPUTarget{
-		Online: snap.CPUs.Online, Reserved: r.ReservedCPUs, StrictReservation: r.StrictReservation})
-	if errors.Is(err, fs.ErrNotExist) {
-		p.cpu, err = nil, nil
-	}
-	if err != nil {
-		return checkpointPlans{}, err
-	}
-	p.mem, err = checkpoint.PlanMemoryManager(r.MemoryManagerCheckpoint, snap.Nodes, r.ReservedMemory)
-	if errors.Is(err, fs.ErrNotExist) {
-		p.mem, err = nil, nil
-	}
-	if err != nil {
-		return checkpointPlans{}, err
-	}
-	return p, nil
+	return Checkpoints{CPUManager: r.CPUManagerCheckpoint, MemoryManager: r.MemoryManagerCheckpoint,
+		ReservedCPUs: r.ReservedCPUs, StrictReservation: r.StrictReservation, ReservedMemory: r.ReservedMemory}.plan(snap)
 }
 
 // Check reports whether the kubelet may be restarted into the machine
@@ -148,11 +120,16 @@ func (r *Restarter) Check(snap *topology.Snapshot) error {
 }
 
 // Restart restarts the kubelet into the machine snap and waits for the
-// result. When a checkpoint must be rewritten the order is stop, rewrite
-// (planned again on the files the stopped kubelet left), start, so that
-// no running kubelet writes the old state over the new one
-// (stopRewriteStart: once the stop is queued, it always ends in a start);
-// otherwise one restart job. The unit must be active.
+// result. When its unit has the pre-start drop-in (PrestartDropIn), that
+// is one restart job: the pre-start rewrites the checkpoints while the
+// kubelet is stopped, inside systemd's job, which systemd completes even
+// if node-resized dies meanwhile. Otherwise, when a checkpoint must be
+// rewritten the order is stop, rewrite (planned again on the files the
+// stopped kubelet left), start, so that no running kubelet writes the old
+// state over the new one (stopRewriteStart: once the stop is queued, it
+// always ends in a start); with nothing to rewrite, one restart job. In
+// both ways a checkpoint no plan can make safe is an error and no job. The
+// unit must be active.
 func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (systemd.JobResult, error) {
 	unit := r.unit()
 	began := r.beginRestart()
@@ -160,6 +137,14 @@ func (r *Restarter) Restart(ctx context.Context, snap *topology.Snapshot) (syste
 	if err != nil {
 		return "", fmt.Errorf("restart %s: %w", unit, err)
 	}
+	if r.hasPrestart(ctx, unit) {
+		r.log().Info("restarting the kubelet in one job: its pre-start makes the checkpoints fit while it is stopped",
+			"unit", unit, "path", "one-job", "dropin", PrestartDropIn, "rewrite", p.changed())
+		res, err := r.Systemd.Restart(ctx, unit)
+		return r.afterStart(ctx, began, res, err)
+	}
+	r.log().Info("restarting the kubelet without node-resized's pre-start (its drop-in "+PrestartDropIn+" is absent or masked)",
+		"unit", unit, "path", map[bool]string{true: "stop-rewrite-start", false: "one-job"}[p.changed()])
 	if !p.changed() {
 		res, err := r.Systemd.Restart(ctx, unit)
 		return r.afterStart(ctx, began, res, err)

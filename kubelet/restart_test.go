@@ -35,6 +35,7 @@ type recordingUnits struct {
 	checkpoint string
 	active     bool
 	result     systemd.JobResult
+	dropIns    []string // the unit's DropInPaths
 	calls      []string
 	seen       [][]byte
 }
@@ -51,7 +52,7 @@ func (u *recordingUnits) job(kind string) (systemd.JobResult, error) {
 }
 
 func (u *recordingUnits) UnitState(_ context.Context, unit string) (systemd.UnitState, error) {
-	st := systemd.UnitState{Unit: unit, LoadState: "loaded", ActiveState: "inactive", SubState: "dead"}
+	st := systemd.UnitState{Unit: unit, LoadState: "loaded", ActiveState: "inactive", SubState: "dead", DropInPaths: u.dropIns}
 	if u.active {
 		st.ActiveState, st.SubState = "active", "running"
 	}
@@ -117,6 +118,59 @@ func TestRestarterOrder(t *testing.T) {
 				}
 			} else if !bytes.Equal(now, old) {
 				t.Fatal("a checkpoint that needed nothing was rewritten")
+			}
+		})
+	}
+}
+
+// TestRestarterPrestart: when the kubelet's unit has the pre-start
+// drop-in, a restart is one restart job whatever the checkpoints need, and
+// node-resized itself writes nothing (the pre-start does, inside the job);
+// a checkpoint no kubelet would accept still means no job.
+func TestRestarterPrestart(t *testing.T) {
+	snap := func(online string) *topology.Snapshot {
+		cpus, err := topology.ParseCPUSet(online)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &topology.Snapshot{CPUs: topology.CPUs{Online: cpus}}
+	}
+	dropIn := filepath.Join(t.TempDir(), PrestartDropIn)
+	if err := os.WriteFile(dropIn, []byte("[Service]\nExecStartPre=-/usr/bin/node-resized kubelet-prestart\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dropIns := []string{"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf", dropIn}
+	for _, tc := range []struct {
+		name   string
+		online string
+		calls  []string
+		infeas bool
+	}{
+		{name: "CPUs added", online: "0-15", calls: []string{"restart"}},
+		{name: "unchanged", online: "0-12", calls: []string{"restart"}},
+		{name: "reserved CPU gone", online: "1-12", infeas: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := v4Checkpoint(t)
+			old, _ := os.ReadFile(path)
+			u := &recordingUnits{checkpoint: path, active: true, result: systemd.JobDone, dropIns: dropIns}
+			r := &Restarter{Systemd: u, CPUManagerCheckpoint: path,
+				MemoryManagerCheckpoint: filepath.Join(t.TempDir(), "absent"), ReservedCPUs: topology.CPUSet{0}}
+			res, err := r.Restart(context.Background(), snap(tc.online))
+			if tc.infeas {
+				if !errors.Is(err, checkpoint.ErrInfeasible) || len(u.calls) != 0 {
+					t.Fatalf("Restart %q %v, calls %v; want checkpoint.ErrInfeasible and no job", res, err, u.calls)
+				}
+				return
+			}
+			if err != nil || res != systemd.JobDone || !slices.Equal(u.calls, tc.calls) {
+				t.Fatalf("Restart %q %v, calls %v; want %v", res, err, u.calls, tc.calls)
+			}
+			if now, _ := os.ReadFile(path); !bytes.Equal(now, old) {
+				t.Error("node-resized rewrote the checkpoint itself: with the drop-in that is the pre-start's")
+			}
+			if _, err := os.Stat(path + checkpoint.BackupSuffix); err == nil {
+				t.Error("a backup was written")
 			}
 		})
 	}

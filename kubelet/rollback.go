@@ -37,7 +37,10 @@ type Rollback struct {
 	Journal func(ctx context.Context, unit string, since time.Time) ([]systemd.JournalEntry, error)
 }
 
-// HoldFile is the pre-start hold's name in the state directory.
+// HoldFile is the pre-start hold's file name in node-resized's state
+// directory: written after a rollback restored the checkpoints' backups,
+// it keeps the pre-start from rewriting them again while they are those
+// files.
 const HoldFile = "kubelet-prestart-hold.json"
 
 // Defaults of Rollback.
@@ -51,14 +54,6 @@ const (
 	// clock).
 	backupSlack = time.Second
 )
-
-// prestartHoldRecord is the pre-start hold: the checkpoints as the
-// rollback left them, by path, with the sha256 of their contents.
-type prestartHoldRecord struct {
-	At     time.Time         `json:"at"`
-	Reason string            `json:"reason"`
-	Files  map[string]string `json:"files"`
-}
 
 // beginRestart returns when a restart begins, and removes the pre-start
 // hold of an earlier rollback: it holds the files back from the rewrite
@@ -241,7 +236,7 @@ func (r *Restarter) writeHold(report *types.CheckpointRollback) error {
 	if r.Rollback.HoldPath == "" {
 		return nil
 	}
-	h := prestartHoldRecord{At: time.Now().UTC().Truncate(time.Second), Files: map[string]string{},
+	h := prestartHold{At: time.Now().UTC().Truncate(time.Second), Files: map[string]string{},
 		Reason: fmt.Sprintf("the kubelet refused the rewritten %s (%s); restored from the backups", joinPaths(report.Files), report.Journal)}
 	paths := r.checkpointPaths()
 	for _, m := range []manager{cpuManager, memoryManager} {

@@ -235,7 +235,7 @@ func TestRollbackRestoresTheRefusedCheckpoint(t *testing.T) {
 	if now, bak := sum(t, cpu), sum(t, cpu+checkpoint.BackupSuffix); now == bak {
 		t.Error("the CPU checkpoint, which the kubelet accepted, was restored too")
 	}
-	var h prestartHoldRecord
+	var h prestartHold
 	b, err := os.ReadFile(r.Rollback.HoldPath)
 	if err == nil {
 		err = json.Unmarshal(b, &h)

@@ -70,6 +70,8 @@ Usage:
   node-resized [flags]                 node agent (kubeconfig: the kubelet's own)
   node-resized --standalone [flags]    no cluster: detect, model, protect kubepods, serve locally
   node-resized --uninstall [flags]     undo what it set on this node (stop the daemon first), and exit
+  node-resized kubelet-prestart [flags] make the kubelet's checkpoints fit the machine: run by
+                                       kubelet.service before it starts (see its --help)
   node-resized kubelet-recover [flags] start a kubelet a restart left stopped (the unit's ExecStopPost)
 
 Examples:
@@ -168,7 +170,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.BoolVar(&o.uninstall, "uninstall", false, "undo on this node what node-resized set, print one line per item and exit (1 if an item could not be undone): "+
 		"the kubepods limits back to what the kubelet writes for the machine as it is now (a configured capacity's clamp is lifted; a clamp for lost hardware is that already and stays), "+
-		"its "+types.ConditionType+" condition and "+types.TaintKey+" taint off the Node, its --state-file removed; "+
+		"its "+types.ConditionType+" condition and "+types.TaintKey+" taint off the Node, its --state-file and make install's kubelet drop-in removed; "+
 		"give it the daemon's other flags, and stop the daemon first (the packages do both when they are removed)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the node's identity (the kubelet's own, so the Node authorizer applies); in a pod, the in-cluster config is used when this file is absent")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "queries per second to the API server (the kubelet's own default)")
@@ -290,6 +292,9 @@ func newLogger(o *options, stderr io.Writer) *slog.Logger {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "kubelet-prestart" {
+		os.Exit(kubeletPrestart(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "kubelet-recover" {
 		os.Exit(kubeletRecover(os.Args[2:]))
 	}

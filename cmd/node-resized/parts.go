@@ -89,7 +89,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	var restarter agent.KubeletRestarter
 	if p.relay != nil {
 		p.systemd = systemd.NewClient()
-		if restarter, err = newRestarter(o, kcfg, p.systemd); err != nil {
+		if restarter, err = newRestarter(o, kcfg, p.systemd, log); err != nil {
 			return nil, err
 		}
 		p.recovery = p.withRecovery(restarter, o, log, m)
@@ -173,12 +173,13 @@ func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *s
 
 // newRestarter builds the kubelet's restarter: its unit over D-Bus, its
 // checkpoints under the kubelet's root directory.
-func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client) (agent.KubeletRestarter, error) {
+func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client, log *slog.Logger) (agent.KubeletRestarter, error) {
 	r, err := kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's restart: %w", err)
 	}
 	r.Rollback.HoldPath = filepath.Join(filepath.Dir(o.stateFile), kubelet.HoldFile)
+	r.Logger = log
 	return restarter{r}, nil
 }
 

@@ -1,17 +1,24 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 )
@@ -24,6 +31,11 @@ type uninstaller struct {
 	log    *slog.Logger
 	out    io.Writer
 	failed []string // the items not undone
+
+	// dropIn is the kubelet drop-in of a plain install (make install);
+	// reload reloads systemd (nil: over D-Bus).
+	dropIn string
+	reload func(context.Context) error
 }
 
 // uninstall undoes, one item after the other, each one that can be done
@@ -35,7 +47,7 @@ func uninstall(ctx context.Context, o *options, log *slog.Logger, out io.Writer)
 	if api.Serving(o.socket) {
 		return fmt.Errorf("--uninstall: node-resized is running (its socket %s answers) and would put back what this removes: stop it first (systemctl stop node-resized)", o.socket)
 	}
-	u := &uninstaller{o: o, log: log, out: out}
+	u := &uninstaller{o: o, log: log, out: out, dropIn: plainDropIn}
 	done, err := u.restoreKubepods(ctx)
 	u.report("kubepods", done, err)
 	if !o.standalone {
@@ -43,6 +55,8 @@ func uninstall(ctx context.Context, o *options, log *slog.Logger, out io.Writer)
 	}
 	removed, err := agent.RemoveState(o.stateFile)
 	u.report("state", either(removed, "removed "+o.stateFile, "no state file at "+o.stateFile), err)
+	done, err = u.removeDropIn(ctx)
+	u.report("kubelet drop-in", done, err)
 	if len(u.failed) > 0 {
 		return fmt.Errorf("--uninstall: %s not undone (see above); everything else was", strings.Join(u.failed, ", "))
 	}
@@ -138,4 +152,43 @@ func either(cond bool, yes, no string) string {
 		return yes
 	}
 	return no
+}
+
+// plainDropIn is where make install puts the kubelet's pre-start drop-in;
+// the packages' is packagedDropIn, which their package manager removes.
+const (
+	plainDropIn    = "/etc/systemd/system/kubelet.service.d/" + kubelet.PrestartDropIn
+	packagedDropIn = "/usr/lib/systemd/system/kubelet.service.d/" + kubelet.PrestartDropIn
+)
+
+// removeDropIn removes the pre-start drop-in of a plain install, when it
+// is node-resized's (an operator's mask of the packaged one, a link to
+// /dev/null, is not), and reloads systemd, so that the kubelet's next start
+// runs no pre-start.
+func (u *uninstaller) removeDropIn(ctx context.Context) (string, error) {
+	b, err := capped.ReadFile(u.dropIn, 64<<10)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "no drop-in at " + u.dropIn + " (a package's, " + packagedDropIn + ", goes with the package)", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if !bytes.Contains(b, []byte("node-resized kubelet-prestart")) {
+		return "left " + u.dropIn + " as it is: it does not run node-resized kubelet-prestart", nil
+	}
+	if err := os.Remove(u.dropIn); err != nil {
+		return "", err
+	}
+	reload := u.reload
+	if reload == nil {
+		reload = func(ctx context.Context) error {
+			sd := systemd.NewClient()
+			defer sd.Close()
+			return sd.Reload(ctx)
+		}
+	}
+	if err := reload(ctx); err != nil {
+		return "", fmt.Errorf("removed %s, but systemd was not reloaded (systemctl daemon-reload does it): %w", u.dropIn, err)
+	}
+	return "removed " + u.dropIn + " and reloaded systemd", nil
 }

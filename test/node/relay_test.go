@@ -527,15 +527,17 @@ func guaranteedPod(name, node string) *corev1.Pod {
 // TestKubeletRestartStaticCPU is scenario d: the static CPU manager with a
 // Guaranteed pod that holds an exclusive CPU, then a CPU hot-add. First
 // without node-resized's restart (--kubelet-restart=never, the kubelet
-// restarted by hand): the stock kubelet refuses to start on a CPU set
-// that differs from its checkpoint. The node is fixed the one way that
-// keeps the pod's CPU: the new CPU is taken offline again, so the online
-// set matches the checkpoint (restoring the checkpoint changes nothing,
-// the failing kubelet never wrote it; a reboot would lose it with the
-// node's tmpfs root). Then with node-resized (auto) another CPU is
-// hot-added: the daemon stops the kubelet, rewrites the checkpoint (the
-// old one kept as .node-resized.bak) and starts it; the kubelet starts
-// cleanly and the pod keeps its CPU.
+// restarted by hand) and with the pre-start's drop-in taken away: the
+// stock kubelet refuses to start on a CPU set that differs from its
+// checkpoint. The drop-in put back, a plain systemctl restart kubelet
+// brings it back Ready on the new CPUs with the pod's CPU kept; so does a
+// start after the kubelet was stopped and a CPU taken offline. A broken
+// pre-start (its binary crashing, a corrupt checkpoint) changes nothing
+// the kubelet does. Then with node-resized (auto) another CPU is
+// hot-added: the daemon restarts the kubelet in one job, whose pre-start
+// rewrites the checkpoint (the old one kept as .node-resized.bak); the
+// kubelet starts cleanly and the pod keeps its CPU. The pre-start's own
+// duration over every run is logged.
 func TestKubeletRestartStaticCPU(t *testing.T) {
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online --kubelet-restart=never "+relayPolicy)
 	n, cs := s.n, s.admin
@@ -545,6 +547,7 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 			t.Logf("timing: %s", l)
 		}
 	}()
+	defer logPrestartTimes(t, s, guestNow(t, n))
 	pods := cs.CoreV1().Pods("default")
 	pod := guaranteedPod("d-guaranteed", n.Name())
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -601,6 +604,7 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 		k := daemonStatus(t, n).Kubelet
 		t.Logf("the daemon: kubelet stale %v, restart %s, blocked: %s", k.Stale, k.Restart, k.RestartBlocked)
 		// The operator restarts the stock kubelet on the new CPUs.
+		setDropIn(t, n, false)
 		pid0 := kubeletPID(t, n)
 		r0 := guestNow(t, n)
 		guestSh(t, n, "systemctl restart kubelet")
@@ -620,19 +624,21 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 		if _, err := n.Run(ctx, "test ! -e "+cpuManagerState+".node-resized.bak"); err != nil {
 			t.Errorf("a .node-resized.bak with restarts off")
 		}
-
-		// The fix that keeps the pod's CPU: cpu2 offline again; the
-		// kubelet (Restart=always, RestartSec=10) comes back by itself.
-		f0 := guestNow(t, n)
-		guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu2/online")
-		nd := waitNode(t, cs, n.Name(), "Ready by a kubelet started on CPUs 0-1 again", 2*time.Minute, func(nd *corev1.Node) bool {
-			return readyAfter(nd, f0) && nd.Status.Capacity.Cpu().Value() == 2
-		})
-		t.Logf("cpu2 offline: the kubelet %s is back: %s", kubeletPID(t, n), describeNode(nd))
-		podStill(t, "after the fix")
 	})
 	if !ok {
 		return
+	}
+	for _, st := range []struct {
+		name string
+		run  func(*testing.T, func(*testing.T, string))
+	}{
+		{"prestart-systemctl-restart", s.prestartAfterRefusal},
+		{"prestart-stopped-machine-changed-started", s.prestartStoppedChanged},
+		{"prestart-broken", s.prestartBroken},
+	} {
+		if !t.Run(st.name, func(t *testing.T) { st.run(t, podStill) }) {
+			return
+		}
 	}
 
 	t.Run("with-node-resized", func(t *testing.T) {
@@ -669,6 +675,13 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 		if f := daemonLog(t, n, "kubelet restart failed", mark); len(f) > 0 {
 			t.Errorf("%q: %s", f[0].Message(), journalFields(f[0]))
 		}
+		if one := daemonLog(t, n, "restarting the kubelet in one job", mark); len(one) != 1 {
+			t.Errorf("%d records of a restart in one job, want 1", len(one))
+		}
+		if stop := daemonLog(t, n, "restarting the kubelet without node-resized's pre-start", mark); len(stop) > 0 {
+			t.Errorf("the daemon restarted the kubelet without the pre-start: %s", journalFields(stop[0]))
+		}
+		onePrestartRun(t, n, "the daemon's restart", mark, "rewritten")
 		pid := kubeletPID(t, n)
 		if pid == pid0 || pid == "0" {
 			t.Errorf("kubelet MainPID %s after the restart (was %s)", pid, pid0)
@@ -706,7 +719,7 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 			t.Errorf("%s = %v, want 1", restartsDone, got)
 		}
 		if !uevent.IsZero() {
-			s.timing("d: uevent->kubelet restarted (stop, checkpoint rewrite, start) %v; uevent->Node Ready by the new kubelet with cpu=3 %v",
+			s.timing("d: uevent->kubelet restarted (one job, the pre-start's rewrite inside) %v; uevent->Node Ready by the new kubelet with cpu=3 %v",
 				restarted[0].Time().Sub(uevent).Round(time.Millisecond), readyAt.Sub(uevent).Round(time.Millisecond))
 		}
 	})

@@ -188,6 +188,7 @@ func TestMakeInstall(t *testing.T) {
 		"usr/local/bin/node-resizectl":                               0o755,
 		"usr/local/share/bash-completion/completions/node-resizectl": 0o644,
 		"etc/systemd/system/node-resized.service":                    0o644,
+		"etc/systemd/system/kubelet.service.d/90-node-resized.conf":  0o644,
 		"etc/default/node-resized":                                   0o644,
 	} {
 		st, err := os.Stat(filepath.Join(dest, path))
@@ -199,6 +200,7 @@ func TestMakeInstall(t *testing.T) {
 	}
 	// The unit starts the binary where make install put it.
 	checkUnit(t, filepath.Join(dest, "etc/systemd/system/node-resized.service"), "/usr/local/bin")
+	checkDropIn(t, filepath.Join(dest, "etc/systemd/system/kubelet.service.d/90-node-resized.conf"), "/usr/local/bin")
 	assertSame(t, filepath.Join(dest, "etc/default/node-resized"), filepath.Join(p.root, "packaging/default/node-resized"))
 
 	// An edited /etc/default/node-resized survives the next make install.

@@ -153,13 +153,14 @@ var shipped = []struct {
 	{"/usr/bin/node-resized", 0o755, false},
 	{"/usr/bin/node-resizectl", 0o755, false},
 	{"/usr/lib/systemd/system/node-resized.service", 0o644, false},
+	{"/usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf", 0o644, false},
 	{"/usr/share/bash-completion/completions/node-resizectl", 0o644, false},
 }
 
 // The directories the deb holds (dpkg removes them when they empty).
 var debDirs = []string{
 	"/etc/", "/etc/default/",
-	"/usr/", "/usr/bin/", "/usr/lib/", "/usr/lib/systemd/", "/usr/lib/systemd/system/",
+	"/usr/", "/usr/bin/", "/usr/lib/", "/usr/lib/systemd/", "/usr/lib/systemd/system/", "/usr/lib/systemd/system/kubelet.service.d/",
 	"/usr/share/", "/usr/share/bash-completion/", "/usr/share/bash-completion/completions/",
 }
 
@@ -588,6 +589,29 @@ func checkInstalled(t *testing.T, root string) {
 		}
 	}
 	checkUnit(t, filepath.Join(root, "usr/lib/systemd/system/node-resized.service"), "/usr/bin")
+	checkDropIn(t, filepath.Join(root, "usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf"), "/usr/bin")
+}
+
+// checkDropIn checks the kubelet's drop-in at path: it runs the pre-start
+// from bindir with the daemon's flags, its failure ignored.
+func checkDropIn(t *testing.T, path, bindir string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	want := []string{"[Service]", "EnvironmentFile=-/etc/default/node-resized",
+		"ExecStartPre=-" + bindir + "/node-resized kubelet-prestart $NODE_RESIZED_ARGS"}
+	if !slices.Equal(lines, want) {
+		t.Errorf("%s: %q, want %q", path, lines, want)
+	}
 }
 
 // pretendUsed makes in root what the daemon makes while it runs (its state,
