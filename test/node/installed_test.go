@@ -282,7 +282,7 @@ func (s *installed) watchdog(t *testing.T) {
 func (s *installed) autoOnline(t *testing.T) {
 	n := s.n
 	args := strings.TrimSpace("--auto-online " + os.Getenv(EnvDaemonArgs))
-	guestSh(t, n, `sed -i 's/^NODE_RESIZED_ARGS=.*/NODE_RESIZED_ARGS="`+args+`"/' /etc/default/node-resized`)
+	guestSh(t, n, `sed -i 's|^NODE_RESIZED_ARGS=.*|NODE_RESIZED_ARGS="`+args+`"|' /etc/default/node-resized`)
 	guestSh(t, n, "systemctl restart node-resized")
 	if st := guestSh(t, n, "systemctl is-active node-resized || true"); st != "active" {
 		t.Fatalf("after restart: %s\n%s", st, journalTail(t, n, 20))

@@ -79,7 +79,7 @@ func relayNode(t *testing.T, kubeletConfig, args string) *installed {
 func setDaemonArgs(t *testing.T, n *Node, args string) {
 	t.Helper()
 	args = strings.TrimSpace(args + " " + os.Getenv(EnvDaemonArgs))
-	guestSh(t, n, `sed -i 's/^NODE_RESIZED_ARGS=.*/NODE_RESIZED_ARGS="`+args+`"/' /etc/default/node-resized`)
+	guestSh(t, n, `sed -i 's|^NODE_RESIZED_ARGS=.*|NODE_RESIZED_ARGS="`+args+`"|' /etc/default/node-resized`)
 }
 
 // daemonStatus is `node-resizectl -o json status`.
