@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/internal/capped"
+	"github.com/node-resized/node-resized/internal/fault"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
@@ -324,7 +325,8 @@ func (p *Prestart) work(ctx context.Context) (PrestartOutcome, []any, error) {
 	if err != nil {
 		return PrestartFailed, attrs, err
 	}
-	if !plans.changed() {
+	corrupt := fault.Armed("checkpoint-corrupt")
+	if !plans.changed() && !corrupt {
 		return PrestartUnchanged, attrs, nil
 	}
 	if ctx.Err() != nil {
@@ -351,7 +353,10 @@ func (p *Prestart) work(ctx context.Context) (PrestartOutcome, []any, error) {
 			p.betweenWrites()
 		}
 	}
-	if plans.mem != nil && plans.mem.Changed {
+	// A test build with the fault checkpoint-corrupt armed applies an
+	// unchanged memory plan too, so that the fault acts here as in the
+	// Restarter's rewrite.
+	if plans.mem != nil && (plans.mem.Changed || corrupt) {
 		if err := p.advance(stepMemWriting); err != nil {
 			return PrestartFailed, attrs, err
 		}

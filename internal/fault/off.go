@@ -10,3 +10,6 @@ func Point(string) {}
 
 // Active is false in a build without faultinject.
 func Active(string) bool { return false }
+
+// Armed is false in a build without faultinject.
+func Armed(string) bool { return false }

@@ -71,3 +71,17 @@ func claim(name string) bool {
 	_ = f.Close()
 	return true
 }
+
+// Armed reports whether the fault named name is set and has not acted
+// yet, without claiming it.
+func Armed(name string) bool {
+	if action(name) == "" {
+		return false
+	}
+	dir := os.Getenv("NODE_RESIZED_FAULT_DIR")
+	if dir == "" {
+		dir = "/var/lib/node-resized"
+	}
+	_, err := os.Stat(filepath.Join(dir, "fault-"+name))
+	return errors.Is(err, fs.ErrNotExist)
+}
