@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/internal/capped"
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 )
 
 // StopRecordFile is the stop record's name in node-resized's state
@@ -38,38 +39,12 @@ type StopRecord struct {
 
 // writeStopRecord writes rec to path durably: a temporary file beside it,
 // synced, renamed over path, and the directory synced.
-func writeStopRecord(path string, rec StopRecord) (err error) {
+func writeStopRecord(path string, rec StopRecord) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", f.Name(), err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", f.Name(), path, err)
-	}
-	return syncDir(dir)
+	return checkpoint.WriteFileAtomic(path, append(data, '\n'), 0o600)
 }
 
 // removeStopRecord removes the record at path durably; a missing one is
