@@ -28,6 +28,11 @@ const (
 // it through its root share.
 func buildFaultDaemon(t *testing.T) string {
 	t.Helper()
+	return faultDaemonBuilt.get(t, makeFaultDaemon)
+}
+
+func makeFaultDaemon(t *testing.T) string {
+	t.Helper()
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +103,7 @@ type faultRun struct {
 // checkpoint in its journal, and node-resized runs again; the time from
 // node-resized's restart (or its ExecStopPost) to Ready is reported.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	bin := buildFaultDaemon(t)
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin

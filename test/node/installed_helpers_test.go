@@ -43,6 +43,33 @@ func repoRoot(t *testing.T) string {
 // machine's root, so it must not be under /tmp.
 func buildPackage(t *testing.T) string {
 	t.Helper()
+	return debBuilt.get(t, makePackage)
+}
+
+// Builds shared by the tests, which run in parallel (each boots its own
+// node and control plane).
+var debBuilt, hogBuilt, faultDaemonBuilt builtOnce
+
+// builtOnce is a build the tests share: the first caller builds, the
+// others wait for it and reuse the result; a failed build is tried again
+// by the next caller.
+type builtOnce struct {
+	mu   sync.Mutex // guards path, and serialises the build
+	path string
+}
+
+func (b *builtOnce) get(t *testing.T, build func(*testing.T) string) string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.path == "" {
+		b.path = build(t)
+	}
+	return b.path
+}
+
+func makePackage(t *testing.T) string {
+	t.Helper()
 	if p := os.Getenv(EnvDeb); p != "" {
 		abs, err := filepath.Abs(p)
 		if err != nil {
@@ -104,6 +131,11 @@ func buildPackage(t *testing.T) string {
 // anonymous memory) into this machine's cache, where the guest finds it
 // through its root share.
 func buildHog(t *testing.T) string {
+	t.Helper()
+	return hogBuilt.get(t, makeHog)
+}
+
+func makeHog(t *testing.T) string {
 	t.Helper()
 	cache, err := os.UserCacheDir()
 	if err != nil {

@@ -68,6 +68,7 @@ func (s *installed) timing(format string, args ...any) {
 // Burstable pod (c) with a daemon restart in its middle (f), and a
 // virtio-balloon inflation (e).
 func TestInstalledPackage(t *testing.T) {
+	t.Parallel()
 	const name = "node-1"
 	needKernel(t)
 	s := &installed{deb: buildPackage(t), hog: buildHog(t)}

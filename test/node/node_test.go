@@ -30,6 +30,7 @@ func guestSh(t *testing.T, n *Node, cmd string) string {
 // Ready, kubepods.slice sized by the kubelet through systemd, and a pod
 // running in its own cgroup.
 func TestNodeReady(t *testing.T) {
+	t.Parallel()
 	const name = "node-1"
 	needKernel(t)
 	c := startCluster(t, name)

@@ -272,7 +272,10 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	// carry the new capacity: none reverts it. (A stock kubelet whose
 	// status is unchanged writes it again only every
 	// nodeStatusReportFrequency, 5m; its heartbeat is the Lease.)
-	kubeletWrites := s.kubeletWrites(t, what, began.Add(-off), want)
+	// From the restart job's end: the old kubelet can still write a status
+	// (a revert of the daemon's patch) between the restart's start and its
+	// stop.
+	kubeletWrites := s.kubeletWrites(t, what, restarted[0].Time().Add(-off), want)
 
 	// No fight: node-resized patches nothing from now on.
 	p0 := st.Kubernetes.Patches
@@ -314,6 +317,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 // its own status writes carry the new size, and the daemon then sends no
 // status patch for a minute.
 func TestKubeletRestart(t *testing.T) {
+	t.Parallel()
 	s := relayNode(t, "", "--auto-online "+relayPolicy)
 	n := s.n
 	defer func() {
@@ -542,6 +546,7 @@ func guaranteedPod(name, node string) *corev1.Pod {
 // kubelet starts cleanly and the pod keeps its CPU. The pre-start's own
 // duration over every run is logged.
 func TestKubeletRestartStaticCPU(t *testing.T) {
+	t.Parallel()
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online --kubelet-restart=never "+relayPolicy)
 	n, cs := s.n, s.admin
 	ctx := context.Background()
@@ -729,7 +734,7 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 }
 
 // kubeletWrites checks the kubelet's own status writes since since (this
-// machine's clock): at least one, each with a capacity want accepts. It
+// machine's clock; the restarted kubelet's start): at least one, each with a capacity want accepts. It
 // returns how many there were.
 func (s *installed) kubeletWrites(t *testing.T, what string, since time.Time, want func(nodeVersion) bool) int {
 	t.Helper()
@@ -784,7 +789,7 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 		t.Errorf("%s: kubelet MainPID %s after the restart (was %s)", what, r.pid, pid0)
 	}
 	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
-	s.kubeletWrites(t, what, began.Add(-off), want)
+	s.kubeletWrites(t, what, restarted[0].Time().Add(-off), want) // the old kubelet may write until it is stopped
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		got := daemonMetric(t, n, "node_resized_kubelet_stale")
 		if got == 0 {
