@@ -28,6 +28,9 @@ SOCKET   ?= $(if $(filter 0,$(shell id -u)),/run/node-resized/node-resized.sock,
 RUNFLAGS ?=
 BENCHCOUNT ?= 6
 FUZZTIME ?= 60s
+# How many real-node tests run at once, each with its own guest and control
+# plane (a TCG guest of 2 to 4 CPUs and up to 4 GiB each).
+NODE_PARALLEL ?= 2
 
 .PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh fmt install package package-test clean
 
@@ -107,7 +110,7 @@ e2e-node:
 	test/cluster/up -build-only
 	test/vm/fetch
 	test/node/build
-	cd test && $(GO) test -count=1 -v -timeout 40m ./node/
+	cd test && $(GO) test -count=1 -v -timeout 40m -parallel $(NODE_PARALLEL) ./node/
 
 # A plain install without a package: the binaries and the bash completion
 # under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in
