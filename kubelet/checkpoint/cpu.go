@@ -81,6 +81,9 @@ func ParseCPUManager(b []byte) (CPUManagerState, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return CPUManagerState{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
+	if err := knownFields(b, &cpuKnownFile{}, &cpuV4DataOut{}); err != nil {
+		return CPUManagerState{}, err
+	}
 	// Every layout holds the v2 fields, and the kubelet decodes them in
 	// each.
 	var err error

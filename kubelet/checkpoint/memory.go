@@ -76,6 +76,9 @@ func ReadMemoryManager(path string) (MemoryManagerState, error) {
 // ParseMemoryManager parses the contents of a memory manager checkpoint;
 // see ReadMemoryManager.
 func ParseMemoryManager(b []byte) (MemoryManagerState, error) {
+	if err := knownFields(b, &memoryKnownFile{}, &memoryV3Data{}); err != nil {
+		return MemoryManagerState{}, err
+	}
 	return decode(b, memoryLayouts)
 }
 
