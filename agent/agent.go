@@ -588,6 +588,7 @@ func (a *Agent) readCheckpoints(p *passInput) {
 	if p.snap != nil {
 		if err := a.cfg.Restarter.Check(p.snap); err != nil {
 			k.RestartBlocked = "its CPU or memory manager checkpoint cannot be made safe: " + err.Error()
+			k.RestartRefused = true
 		}
 	}
 	k.RestartAllowed = k.RestartBlocked == ""

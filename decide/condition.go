@@ -65,9 +65,9 @@ func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOu
 		// The hardware took a reserved CPU: never restart the kubelet
 		// into it, and say so until it is back.
 		in := p.in
-		in.Kubelet.RestartAllowed, in.Kubelet.RestartBlocked = false, "a reserved CPU is offline"
+		in.Kubelet.RestartAllowed, in.Kubelet.RestartBlocked, in.Kubelet.RestartRefused = false, "a reserved CPU is offline", false
 		ks := kubeletStep(in, p.pol, p.jitter, pl.desired, p.phys, next)
-		ks.note, ks.considered = "", false // the caller's verdict is not the one used
+		ks.note, ks.considered, ks.refused = "", false, false // the caller's verdict is not the one used
 		msg := fmt.Sprintf("capacity %s applied; %s", pl.desired, reservedGone(m))
 		if pl.mode == types.ReasonEmergencyReduced {
 			msg = fmt.Sprintf("physical capacity fell below it; capacity clamped to %s; %s", next.EmergencyTarget, reservedGone(m))

@@ -76,6 +76,11 @@ type Kubelet struct {
 	RestartAllowed bool `json:"restartAllowed,omitempty"`
 	// RestartBlocked says why RestartAllowed is false.
 	RestartBlocked string `json:"restartBlocked,omitempty"`
+	// RestartRefused says that what blocks the restart needs an operator
+	// (a checkpoint that cannot be made safe, or is in a layout
+	// node-resized does not know), not a passing state: the condition's
+	// change is then also a KubeletRestartBlocked event.
+	RestartRefused bool `json:"restartRefused,omitempty"`
 	// Report is the actuator's word on the restart Decide asked for at
 	// State.RestartAt; a report about another restart is ignored.
 	Report types.RestartReport `json:"report,omitzero"`
@@ -87,6 +92,7 @@ type kubeletOutcome struct {
 	note    string // Accepted, with this remark
 	restart bool
 	failed  string // non-empty: the restart just failed (a KubeletRestartFailed event)
+	refused bool   // a restart is needed and Kubelet.RestartRefused (a KubeletRestartBlocked event when the condition changes)
 	requeue time.Duration
 	// considered: the outcome depends on Kubelet.RestartAllowed (see
 	// Decision.RestartConsidered).
@@ -167,7 +173,7 @@ func kubeletStep(in Input, pol Policy, jitter int64, target, phys resources.List
 		if why == "" {
 			why = "not allowed"
 		}
-		return kubeletOutcome{considered: true, note: fmt.Sprintf("the kubelet still runs with its start-up capacity (%s); it needs a restart to adopt the target, which is not done: %s",
+		return kubeletOutcome{considered: true, refused: k.RestartRefused, note: fmt.Sprintf("the kubelet still runs with its start-up capacity (%s); it needs a restart to adopt the target, which is not done: %s",
 			viewOf(k.Capacity, target), why)}
 	}
 	wait, waitFor := pol.SettleDelay-now.Sub(next.ChangedAt), RestartWaitSettle

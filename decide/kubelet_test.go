@@ -125,8 +125,10 @@ func TestKubeletNotRestarted(t *testing.T) {
 	}{
 		{"restarts turned off", Kubelet{Known: true, Ready: true, RestartBlocked: "turned off (--kubelet-restart=never)"}, types.Configured{},
 			"needs a restart to adopt the target, which is not done: turned off (--kubelet-restart=never)", true},
-		{"checkpoint cannot be made safe", Kubelet{Known: true, Ready: true, RestartBlocked: "reserved CPUs 0 are not all online"}, types.Configured{},
+		{"checkpoint cannot be made safe", Kubelet{Known: true, Ready: true, RestartBlocked: "reserved CPUs 0 are not all online", RestartRefused: true}, types.Configured{},
 			"reserved CPUs 0 are not all online", true},
+		{"checkpoint in an unknown layout", Kubelet{Known: true, Ready: true, RestartBlocked: "checkpoint in a layout node-resized does not know", RestartRefused: true}, types.Configured{},
+			"checkpoint in a layout node-resized does not know", true},
 		{"target below the hardware", Kubelet{Known: true, Ready: true, RestartAllowed: true}, spec("cpu", "6"),
 			"target is below the physical capacity", false},
 		{"nothing known of the kubelet", Kubelet{RestartAllowed: true}, types.Configured{}, "", false},
@@ -139,9 +141,28 @@ func TestKubeletNotRestarted(t *testing.T) {
 				n.in.Kubelet.Capacity = nil
 			}
 			n.step(nil)
-			n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 8000) })
+			// A refusal that needs an operator is one Warning, when the
+			// condition first says it; a passing block is none.
+			var blocked []EmitEvent
+			events := func(d Decision) {
+				for _, a := range d.Actions {
+					if e, ok := a.(EmitEvent); ok && e.Reason == types.EventKubeletRestartBlocked {
+						if e.Type != types.EventWarning || !strings.Contains(e.Message, tc.message) {
+							t.Fatalf("event %+v", e)
+						}
+						blocked = append(blocked, e)
+					}
+				}
+			}
+			events(n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 8000) }))
+			defer func() {
+				if want := map[bool]int{true: 1}[tc.kubelet.RestartRefused]; len(blocked) != want {
+					t.Errorf("%d KubeletRestartBlocked events, want %d", len(blocked), want)
+				}
+			}()
 			for _, after := range []time.Duration{DefaultSettleDelay, time.Hour} {
 				d := n.step(func(in *Input) { in.Now = t0.Add(after) })
+				events(d)
 				if hasKind(d.Actions, KindRestartKubelet) || d.Condition.Reason != types.ReasonAccepted || !strings.Contains(d.Condition.Message, tc.message) {
 					t.Fatalf("after %v: %s %v (%s), want Accepted without a restart, saying %q", after, d.Condition.Reason, kinds(d.Actions), d.Condition.Message, tc.message)
 				}

@@ -164,6 +164,9 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 	if ks.failed != "" {
 		acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventKubeletRestartFailed, Message: cond.Message})
 	}
+	if ks.refused && !cond.Same(prevCond) {
+		acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventKubeletRestartBlocked, Message: cond.Message})
+	}
 	if ks.restart {
 		acts = append(acts, RestartKubelet{Generation: gen, Capacity: desired.Clone()})
 	}

@@ -26,6 +26,9 @@ type rawNode struct {
 		ConfiguredCapacity json.RawMessage `json:"configuredCapacity"`
 	} `json:"spec"`
 	Status struct {
+		NodeInfo struct {
+			KubeletVersion string `json:"kubeletVersion"`
+		} `json:"nodeInfo"`
 		Capacity    map[string]string `json:"capacity"`
 		Allocatable map[string]string `json:"allocatable"`
 		Conditions  []struct {
@@ -72,6 +75,7 @@ func ParseNode(b []byte) (types.NodeView, error) {
 		ResourceVersion: n.Metadata.ResourceVersion,
 		Capacity:        quantities(n.Status.Capacity),
 		Allocatable:     quantities(n.Status.Allocatable),
+		KubeletVersion:  n.Status.NodeInfo.KubeletVersion,
 	}
 	switch {
 	case len(n.Spec.ConfiguredCapacity) > 0 && string(n.Spec.ConfiguredCapacity) != "null":

@@ -68,6 +68,7 @@ func TestParseNodeConfiguredCapacity(t *testing.T) {
 
 func TestParseNodeStatus(t *testing.T) {
 	v, err := ParseNode([]byte(`{"metadata":{"name":"n","resourceVersion":"7"},"status":{
+		"nodeInfo":{"kubeletVersion":"v1.36.3","containerRuntimeVersion":"containerd://2.4.1"},
 		"capacity":{"cpu":"4","memory":"16Gi","pods":"110"},"allocatable":{"cpu":"3500m","memory":"15Gi"},
 		"conditions":[{"type":"Ready","status":"True"},{"type":"CapacityConfigured","status":"False","reason":"Infeasible","message":"too big"}]}}`))
 	if err != nil {
@@ -75,6 +76,9 @@ func TestParseNodeStatus(t *testing.T) {
 	}
 	if v.Capacity["cpu"] != 4000 || v.Capacity["memory"] != 16<<30 || v.Allocatable["cpu"] != 3500 {
 		t.Errorf("capacity %v allocatable %v", v.Capacity, v.Allocatable)
+	}
+	if v.KubeletVersion != "v1.36.3" {
+		t.Errorf("kubelet version %q", v.KubeletVersion)
 	}
 	if !v.Ready || v.Condition == nil || v.Condition.Reason != types.ReasonInfeasible || v.Condition.Message != "too big" {
 		t.Errorf("ready %v condition %+v", v.Ready, v.Condition)

@@ -154,6 +154,10 @@ func TestPrestartLeavesAlone(t *testing.T) {
 			f.cpu0 = []byte("{garbage")
 			os.WriteFile(f.cpu, f.cpu0, 0o644)
 		}, PrestartFailed},
+		{"memory manager checkpoint in a layout node-resized does not know", func(f *prestartFixture) {
+			f.mem0 = append([]byte(`{"future":1,`), f.mem0[1:]...)
+			os.WriteFile(f.mem, f.mem0, 0o644)
+		}, PrestartFailed},
 		{"memory manager checkpoint changed under the rewrite", func(f *prestartFixture) {
 			f.mem0 = f.mem0[:len(f.mem0)-1]
 			f.p.betweenWrites = func() { os.WriteFile(f.mem, f.mem0, 0o644) }

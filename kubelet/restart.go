@@ -2,12 +2,14 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/node-resized/node-resized/internal/fault"
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
@@ -116,6 +118,9 @@ func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
 // operator must do first. It only reads.
 func (r *Restarter) Check(snap *topology.Snapshot) error {
 	_, err := r.plan(snap)
+	if errors.Is(err, checkpoint.ErrUnknownLayout) {
+		return fmt.Errorf("%w (a kubelet newer than %s may write it): node-resized never rewrites such a file, so it leaves the kubelet as it is", err, KnownVersions)
+	}
 	return err
 }
 

@@ -110,6 +110,8 @@ type Watcher struct {
 	stale   bool
 	since   uint64
 	out     types.KubeletView
+	// warned is the last kubelet version warned about (once each).
+	warned string
 }
 
 // process names one kubelet process.
@@ -249,6 +251,14 @@ func (w *Watcher) update() {
 	}
 	if w.alloc != nil {
 		v.PodResourcesCPUs = append([]int(nil), w.alloc.CPUs...)
+	}
+	if w.node != nil {
+		v.Version = w.node.KubeletVersion
+		v.VersionNote = VersionNote(v.Version)
+		if v.VersionNote != "" && v.Version != w.warned {
+			w.warned = v.Version
+			w.opts.Logger.Warn(v.VersionNote, "kubelet_version", v.Version)
+		}
 	}
 	if len(v.Capacity) == 0 {
 		v.Capacity, v.Sources = nil, nil

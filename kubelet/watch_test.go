@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -158,4 +159,34 @@ func TestWatcherSources(t *testing.T) {
 			t.Fatalf("a writer that is not the kubelet's field manager made a view: %+v", v)
 		}
 	})
+}
+
+// TestWatcherKubeletVersion: the view carries the kubelet's version from
+// its Node, and a version outside the known ones is noted in the view and
+// warned about once, not on every Node update.
+func TestWatcherKubeletVersion(t *testing.T) {
+	var logs strings.Builder
+	w := NewWatcher(WatcherOptions{Clock: clocktesting.NewFakeClock(w0), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	w.OnChange(change(1, w0.Add(-time.Minute), 4), nil)
+	for i, tc := range []struct {
+		version, note string
+		warnings      int // so far
+	}{
+		{"v1.37.2", "", 0},
+		{"v1.38.1", "newer than the versions whose checkpoints node-resized knows (v1.34 to v1.37)", 1},
+		{"v1.38.1", "newer than", 1},
+		{"v1.33.0", "older than", 2},
+		{"v1.36.3", "", 2},
+	} {
+		n := node(4, "kubelet", true, w0.Add(-time.Duration(10-i)*time.Minute), time.Time{})
+		n.KubeletVersion = tc.version
+		w.OnNode(n)
+		v := w.View()
+		if v.Version != tc.version || (tc.note == "") != (v.VersionNote == "") || !strings.Contains(v.VersionNote, tc.note) {
+			t.Fatalf("step %d: version %q note %q, want %q with %q", i, v.Version, v.VersionNote, tc.version, tc.note)
+		}
+		if got := strings.Count(logs.String(), "level=WARN"); got != tc.warnings {
+			t.Fatalf("step %d: %d warnings, want %d:\n%s", i, got, tc.warnings, logs.String())
+		}
+	}
 }

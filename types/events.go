@@ -37,6 +37,11 @@ const (
 	// stopped by a restart of its own that did not finish (the daemon
 	// killed after the stop) and started it.
 	EventKubeletRecovered = "KubeletRecovered"
+	// EventKubeletRestartBlocked (Warning): the kubelet needs a restart to
+	// adopt the capacity, and node-resized will not do it until an
+	// operator acts: a CPU or memory manager checkpoint cannot be made
+	// safe for the machine, or is in a layout node-resized does not know.
+	EventKubeletRestartBlocked = "KubeletRestartBlocked"
 	// EvictionReason is the reason carried by evictions for lost capacity.
 	EvictionReason = "NodeCapacityExceeded"
 )

@@ -34,6 +34,11 @@ type KubeletView struct {
 	MainPID     uint32    `json:"mainPID,omitempty"`
 	Started     time.Time `json:"started,omitzero"`
 	UnitError   string    `json:"unitError,omitempty"`
+	// Version is the kubelet's version as its Node reports it
+	// (status.nodeInfo.kubeletVersion); VersionNote says when it is
+	// outside the versions whose checkpoints node-resized knows.
+	Version     string `json:"version,omitempty"`
+	VersionNote string `json:"versionNote,omitempty"`
 	// Capacity is the capacity the running kubelet believes the machine
 	// has, per resource where known; Sources says, per resource, where
 	// that was learnt.

@@ -29,6 +29,9 @@ type NodeView struct {
 	// as they stand.
 	Capacity    resources.List
 	Allocatable resources.List
+	// KubeletVersion is status.nodeInfo.kubeletVersion, as the kubelet
+	// reports itself ("v1.37.2"); empty until it has.
+	KubeletVersion string
 	// Ready is the Ready condition's status.
 	Ready bool
 	// Condition is the CapacityConfigured condition as published, if any.

@@ -329,6 +329,13 @@ func printKubelet(tw io.Writer, k *api.KubeletStatus, now time.Time) {
 		unit += ": " + k.UnitError
 	}
 	fmt.Fprintf(tw, "Kubelet:\t%s\n", unit)
+	if k.Version != "" {
+		version := k.Version
+		if k.VersionNote != "" {
+			version += " (warning: " + k.VersionNote + ")"
+		}
+		fmt.Fprintf(tw, "Kubelet version:\t%s\n", version)
+	}
 	view := "unknown"
 	if len(k.Capacity) > 0 {
 		view = resourceList(k.Capacity)

@@ -40,9 +40,11 @@ func TestPrintKubelet(t *testing.T) {
 	started := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	printKubelet(&b, &api.KubeletStatus{KubeletView: types.KubeletView{Unit: "kubelet.service", ActiveState: "active", SubState: "running", MainPID: 42, Started: started,
 		Capacity: resources.List{resources.CPU: 4000}, Sources: map[string]string{"cpu": "status.capacity as the kubelet wrote it"},
-		Stale: true, StaleSince: 12}, Restart: "never", RestartBlocked: "restarts are turned off"}, started.Add(time.Minute))
+		Stale: true, StaleSince: 12, Version: "v1.38.0", VersionNote: "kubelet v1.38.0 is newer than the versions whose checkpoints node-resized knows"},
+		Restart: "never", RestartBlocked: "restarts are turned off"}, started.Add(time.Minute))
 	out := b.String()
 	for _, want := range []string{"kubelet.service active/running, pid 42", "1m0s ago", "cpu=4 (stale since change #12)",
+		"Kubelet version:\tv1.38.0 (warning: kubelet v1.38.0 is newer than",
 		"cpu: status.capacity as the kubelet wrote it", "never, not now: restarts are turned off"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -261,6 +261,9 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	if k := st.Kubelet; k.Stale || !k.Ready || strconv.FormatUint(uint64(k.MainPID), 10) != r.pid || k.LastRestart == nil || k.LastRestart.Result != "done" {
 		t.Errorf("%s: the daemon's kubelet view: stale %v ready %v mainPID %d (want %s), last restart %+v", what, k.Stale, k.Ready, k.MainPID, r.pid, k.LastRestart)
 	}
+	if k := st.Kubelet; k.Version != nd.Status.NodeInfo.KubeletVersion || k.Version == "" || k.VersionNote != "" {
+		t.Errorf("%s: the daemon's kubelet version %q (note %q), the Node's %q", what, k.Version, k.VersionNote, nd.Status.NodeInfo.KubeletVersion)
+	}
 	if got := daemonMetric(t, n, restartsDone); got != done0+1 {
 		t.Errorf("%s: %s = %v, want %v", what, restartsDone, got, done0+1)
 	}
