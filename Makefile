@@ -29,8 +29,9 @@ RUNFLAGS ?=
 BENCHCOUNT ?= 6
 FUZZTIME ?= 60s
 # How many real-node tests run at once, each with its own guest and control
-# plane (a TCG guest of 2 to 4 CPUs and up to 4 GiB each).
-NODE_PARALLEL ?= 2
+# plane (a TCG guest of 2 to 4 CPUs and up to 4 GiB each): one per CPU of
+# this machine at most.
+NODE_PARALLEL ?= 1
 
 .PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh fmt install package package-test clean
 
