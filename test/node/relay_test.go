@@ -29,8 +29,9 @@ import (
 const relayPolicy = "--kubelet-restart-settle 2s --kubelet-restart-min-interval 10s --kubelet-restart-timeout 90s --kubelet-restart-budget 10/20m"
 
 // steadyWindow is how long the daemon must send no status patch once the
-// kubelet has adopted a change, in scenario a; b checks a shorter window.
-const steadyWindow = 2 * time.Minute
+// kubelet has adopted a change, in scenarios a and b: six of the kubelet's
+// 10 s status syncs, each of which would revert a capacity it disagrees with.
+const steadyWindow = time.Minute
 
 // staticCPUKubeletConfig is the default node's configuration with the
 // static CPU manager: CPU 0 reserved for the system, the others for
@@ -359,7 +360,7 @@ func TestKubeletRestart(t *testing.T) {
 				}
 			}
 			return nil
-		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), time.Minute)
+		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), steadyWindow)
 		s.dimmBurst(t, r.mark, mem0, want, lost0)
 		if got := kubepodsMax(t, n); got != want-DefaultSystemReservedMemory-DefaultKubeReservedMemory {
 			t.Errorf("kubepods.slice MemoryMax %s, want %s", mibs(got), mibs(want-DefaultSystemReservedMemory-DefaultKubeReservedMemory))
