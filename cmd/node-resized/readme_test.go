@@ -16,8 +16,15 @@ import (
 	"time"
 )
 
-// The README is what an operator reads: its flag reference must be the
-// daemon's flag set, and its links and the docs' must lead somewhere.
+// The README and docs/operating.md are what an operator reads: the flag
+// reference (docs/operating.md's Flags) must be the daemon's flag set, and
+// their links must lead somewhere.
+
+// flagReference is the file and section that hold the flag reference.
+const (
+	flagReference        = "docs/operating.md"
+	flagReferenceSection = "## Flags"
+)
 
 // repoRoot is the module's root, two directories up from this package.
 const repoRoot = "../.."
@@ -75,13 +82,13 @@ func flagsFromHelp(t *testing.T, help string) map[string]helpFlag {
 	return flags
 }
 
-// readmeFlag is one row of the README's flag reference.
+// readmeFlag is one row of the flag reference.
 type readmeFlag struct {
 	def  string // the default cell, without its backquotes
 	line int
 }
 
-// flagsFromReadme reads the rows of the tables in the README's Configure
+// flagsFromReadme reads the rows of the tables in the flag reference's
 // section whose first cell is a flag: | `--name` | `default` | meaning |.
 func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
 	t.Helper()
@@ -90,7 +97,7 @@ func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
 	in := false
 	for i, line := range strings.Split(readme, "\n") {
 		if strings.HasPrefix(line, "## ") {
-			in = line == "## Configure"
+			in = line == flagReferenceSection
 			continue
 		}
 		if !in || !strings.HasPrefix(line, "| `--") {
@@ -98,16 +105,16 @@ func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
 		}
 		m := row.FindStringSubmatch(line)
 		if m == nil {
-			t.Errorf("README.md:%d: a flag row must read | `--name` | `default` | meaning |: %s", i+1, line)
+			t.Errorf("%s:%d: a flag row must read | `--name` | `default` | meaning |: %s", flagReference, i+1, line)
 			continue
 		}
 		if prev, dup := flags[m[1]]; dup {
-			t.Errorf("README.md:%d: --%s is documented twice (also line %d)", i+1, m[1], prev.line)
+			t.Errorf("%s:%d: --%s is documented twice (also line %d)", flagReference, i+1, m[1], prev.line)
 		}
 		flags[m[1]] = readmeFlag{def: m[2], line: i + 1}
 	}
 	if len(flags) == 0 {
-		t.Fatal("README.md has no flag reference under ## Configure")
+		t.Fatalf("%s has no flag reference under %s", flagReference, flagReferenceSection)
 	}
 	return flags
 }
@@ -162,7 +169,7 @@ func TestReadmeFlagReference(t *testing.T) {
 	if len(have) < 30 {
 		t.Fatalf("read only %d flags from --help; the help format changed?\n%s", len(have), help.String())
 	}
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, flagReference))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +177,7 @@ func TestReadmeFlagReference(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(have)) {
 		d, ok := doc[name]
 		if !ok {
-			t.Errorf("--%s is a flag of node-resized but not in README.md's flag reference", name)
+			t.Errorf("--%s is a flag of node-resized but not in %s's flag reference", name, flagReference)
 			continue
 		}
 		if f := have[name]; !sameDefault(f, d.def) {
@@ -178,12 +185,12 @@ func TestReadmeFlagReference(t *testing.T) {
 			if shown == "" {
 				shown = "the zero value"
 			}
-			t.Errorf("README.md:%d: --%s default `%s`, but the daemon's is %s (%s)", d.line, name, d.def, shown, f.kind)
+			t.Errorf("%s:%d: --%s default `%s`, but the daemon's is %s (%s)", flagReference, d.line, name, d.def, shown, f.kind)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(doc)) {
 		if _, ok := have[name]; !ok {
-			t.Errorf("README.md:%d: --%s is documented but node-resized has no such flag", doc[name].line, name)
+			t.Errorf("%s:%d: --%s is documented but node-resized has no such flag", flagReference, doc[name].line, name)
 		}
 	}
 }
