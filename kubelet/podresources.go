@@ -50,17 +50,13 @@ type Allocatable struct {
 // exist gives an error wrapping fs.ErrNotExist (no kubelet, or one that
 // serves no pod-resources API).
 func AllocatableResources(ctx context.Context, socket string) (Allocatable, error) {
-	if socket == "" {
-		socket = DefaultPodResourcesSocket
-	}
-	if _, err := os.Stat(socket); err != nil {
-		return Allocatable{}, fmt.Errorf("pod-resources API: %w", err)
-	}
-	conn, err := grpc.NewClient("unix://"+socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPodResourcesMessage)))
+	socket, err := podResourcesSocket(socket)
 	if err != nil {
-		return Allocatable{}, fmt.Errorf("pod-resources API at %s: %w", socket, err)
+		return Allocatable{}, err
+	}
+	conn, err := dialPodResources(socket)
+	if err != nil {
+		return Allocatable{}, err
 	}
 	defer conn.Close()
 	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).
@@ -98,4 +94,59 @@ func allocatableFrom(resp *podresourcesv1.AllocatableResourcesResponse) Allocata
 		a.Memory[node][m.GetMemoryType()] += m.GetSize()
 	}
 	return a
+}
+
+// PodName names a pod the kubelet has admitted, as its pod-resources
+// List does.
+type PodName struct {
+	Namespace, Name string
+}
+
+// ListPods asks the kubelet listening on socket ("" means
+// DefaultPodResourcesSocket) for the pods it runs: the pod-resources
+// API's List, the source node-feature-discovery computes the pod
+// fingerprint from. A socket that does not exist gives an error wrapping
+// fs.ErrNotExist.
+func ListPods(ctx context.Context, socket string) ([]PodName, error) {
+	socket, err := podResourcesSocket(socket)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dialPodResources(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("pod-resources API at %s: List: %w", socket, err)
+	}
+	pods := make([]PodName, 0, len(resp.GetPodResources()))
+	for _, p := range resp.GetPodResources() {
+		pods = append(pods, PodName{Namespace: p.GetNamespace(), Name: p.GetName()})
+	}
+	return pods, nil
+}
+
+// podResourcesSocket returns socket, or the default for "", once it
+// exists.
+func podResourcesSocket(socket string) (string, error) {
+	if socket == "" {
+		socket = DefaultPodResourcesSocket
+	}
+	if _, err := os.Stat(socket); err != nil {
+		return "", fmt.Errorf("pod-resources API: %w", err)
+	}
+	return socket, nil
+}
+
+// dialPodResources makes the client connection to the kubelet's socket.
+func dialPodResources(socket string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix://"+socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxPodResourcesMessage)))
+	if err != nil {
+		return nil, fmt.Errorf("pod-resources API at %s: %w", socket, err)
+	}
+	return conn, nil
 }

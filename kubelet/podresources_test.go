@@ -20,6 +20,11 @@ import (
 type lister struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
 	resp *podresourcesv1.AllocatableResourcesResponse
+	pods []*podresourcesv1.PodResources
+}
+
+func (l *lister) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	return &podresourcesv1.ListPodResourcesResponse{PodResources: l.pods}, nil
 }
 
 func (l *lister) GetAllocatableResources(context.Context, *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
@@ -119,5 +124,22 @@ func TestAllocatableResourcesDeadSocket(t *testing.T) {
 	defer cancel()
 	if _, err := AllocatableResources(ctx, sock); err == nil {
 		t.Fatal("no error from a dead socket")
+	}
+}
+
+func TestListPods(t *testing.T) {
+	sock := serve(t, &lister{pods: []*podresourcesv1.PodResources{
+		{Namespace: "kube-system", Name: "coredns-0", Containers: []*podresourcesv1.ContainerResources{{Name: "coredns", CpuIds: []int64{2}}}},
+		{Namespace: "default", Name: "web-0"},
+	}})
+	got, err := ListPods(context.Background(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []PodName{{"kube-system", "coredns-0"}, {"default", "web-0"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := ListPods(context.Background(), filepath.Join(t.TempDir(), "kubelet.sock")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("no socket: err %v, want fs.ErrNotExist", err)
 	}
 }

@@ -163,6 +163,12 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 // errors returns the error records logged so far.
 func (b *syncBuffer) errors(t *testing.T) []map[string]any {
 	t.Helper()
+	return b.records(t, "ERROR")
+}
+
+// records returns the records logged so far at level.
+func (b *syncBuffer) records(t *testing.T, level string) []map[string]any {
+	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []map[string]any
@@ -171,7 +177,7 @@ func (b *syncBuffer) errors(t *testing.T) []map[string]any {
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		if rec["level"] == "ERROR" {
+		if rec["level"] == level {
 			out = append(out, rec)
 		}
 	}

@@ -179,18 +179,27 @@ func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[
 // readNodeMemory reads n's MemTotal from nodeN/meminfo and its hugepage
 // pools (nodes is devices/system/node).
 func readNodeMemory(r *reader, nodes dir, n *Node) error {
-	n.MemTotal = 0
-	p := r.at("node", n.ID, "/meminfo")
-	if b, ok, err := r.readFile(nodes, p); err != nil {
-		return err
-	} else if ok {
-		if n.MemTotal, err = parseNodeMemTotal(b); err != nil {
-			return fmt.Errorf("parse %s: %w", nodes.join(p), err)
-		}
-	}
 	var err error
+	if n.MemTotal, err = readNodeMemTotal(r, nodes, n.ID); err != nil {
+		return err
+	}
 	n.Hugepages, err = r.readHugepages(nodes, "node", n.ID, "/hugepages")
 	return err
+}
+
+// readNodeMemTotal reads node id's MemTotal from nodeN/meminfo; 0 when
+// the file is missing.
+func readNodeMemTotal(r *reader, nodes dir, id int) (uint64, error) {
+	p := r.at("node", id, "/meminfo")
+	b, ok, err := r.readFile(nodes, p)
+	if err != nil || !ok {
+		return 0, err
+	}
+	mt, err := parseNodeMemTotal(b)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", nodes.join(p), err)
+	}
+	return mt, nil
 }
 
 // parseDistances parses nodeN/distance, space-separated decimals.

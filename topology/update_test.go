@@ -362,7 +362,11 @@ func TestUpdateFallsBack(t *testing.T) {
 		{"node event", false, []Device{{DeviceNode, 1}}, nil, "node1 event"},
 		{"a CPU no event named", false, []Device{{DeviceCPU, 2}}, func() { tree.SetCPUOnline(3, false) }, "cpu/online changed for cpu3"},
 		{"a node appears", false, []Device{{DeviceMemory, 0}}, func() { tree.AddNode(7, 0) }, "node directories changed"},
-		{"MemTotal moves elsewhere", false, []Device{{DeviceMemory, 0}}, func() { tree.SetMemTotalKB(tree.MemTotalKB() - 4) }, "MemTotal moved by -4096 bytes, the re-read nodes by 0"},
+		{"MemTotal moves elsewhere", false, []Device{{DeviceMemory, 0}}, func() { tree.SetMemTotalKB(tree.MemTotalKB() - 4) }, "MemTotal moved by -4096 bytes, the nodes of the named devices by 0"},
+		{"a block onlined on a node no event named", false, []Device{{DeviceMemory, 0}}, func() {
+			tree.SetNodeMemTotalKB(1, tree.NodeMemTotalKB(1)+128*1024)
+			tree.SetMemTotalKB(tree.MemTotalKB() + 128*1024)
+		}, "MemTotal moved by 134217728 bytes, the nodes of the named devices by 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.change != nil {
@@ -385,6 +389,34 @@ func TestUpdateFallsBack(t *testing.T) {
 			}
 			prev = got
 		})
+	}
+}
+
+// A kernel that accounts memory to its nodes lazily moves nodeN/meminfo
+// with no uevent and no move of /proc/meminfo: every update re-reads each
+// node's MemTotal, and stays incremental.
+func TestUpdateRereadsLazyNodeMemory(t *testing.T) {
+	tree := propertyMachine(true).WriteTree(t, topologytest.Dir(t))
+	fsys, err := NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := snapshotOf(t, fsys)
+	for _, devs := range [][]Device{nil, {{DeviceCPU, 9}}, {{DeviceMemory, 40}}} {
+		tree.SetNodeMemTotalKB(0, tree.NodeMemTotalKB(0)+1<<20)
+		tree.SetNodeMemTotalKB(2, tree.NodeMemTotalKB(2)+3<<20)
+		got, full, err := fsys.Update(prev, devs)
+		if err != nil || full != "" {
+			t.Fatalf("Update(%v): %q, %v; want incremental", devs, full, err)
+		}
+		want := snapshotOf(t, fsys)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Update(%v) differs from the full rebuild: %v", devs, Diff(got, want))
+		}
+		if got.Nodes[0].MemTotal == prev.Nodes[0].MemTotal || got.Nodes[2].MemTotal == prev.Nodes[2].MemTotal {
+			t.Errorf("Update(%v): node MemTotals %d, %d as before", devs, got.Nodes[0].MemTotal, got.Nodes[2].MemTotal)
+		}
+		prev = got
 	}
 }
 

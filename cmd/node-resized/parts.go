@@ -153,7 +153,21 @@ func newTopologyPublisher(o *options, kcfg *kubelet.Config, relay *kube.Relay, l
 	if rm, err := kcfg.ReservedMemory(); err == nil {
 		kt.ReservedMemory = rm
 	}
-	return nrt.New(relay.Client(), nrt.Options{NodeName: o.nodeName, Kubelet: kt, Logger: log, Metrics: m})
+	no := nrt.Options{NodeName: o.nodeName, Kubelet: kt, Logger: log, Metrics: m}
+	if o.kubeletPodResources {
+		// The pod fingerprint, from the pods the kubelet lists, as
+		// node-feature-discovery computes it.
+		socket := filepath.Join(o.kubeletRootDirOrDefault(), "pod-resources", "kubelet.sock")
+		no.Pods = func(ctx context.Context) ([]nrt.Pod, error) {
+			names, err := kubelet.ListPods(ctx, socket)
+			pods := make([]nrt.Pod, len(names))
+			for i, n := range names {
+				pods[i] = nrt.Pod{Namespace: n.Namespace, Name: n.Name}
+			}
+			return pods, err
+		}
+	}
+	return nrt.New(relay.Client(), no)
 }
 
 // newEvictor builds the emergency evictor of the node's pods.

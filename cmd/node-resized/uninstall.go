@@ -11,12 +11,15 @@ import (
 	"os"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/kube"
+	"github.com/node-resized/node-resized/kube/nrt"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
@@ -40,7 +43,8 @@ type uninstaller struct {
 
 // uninstall undoes, one item after the other, each one that can be done
 // even when another failed: the kubepods limits, the Node's condition and
-// taint (its capacity is the kubelet's), an event, the state file. It
+// taint (its capacity is the kubelet's), its NodeResourceTopology object,
+// an event, the state file. It
 // refuses to run beside a running daemon, which would put back what it
 // removes, and fails when any item could not be undone.
 func uninstall(ctx context.Context, o *options, log *slog.Logger, out io.Writer) error {
@@ -132,6 +136,7 @@ func (u *uninstaller) removeFromNode(ctx context.Context) {
 	removed, err = relay.RemoveTaint(ctx)
 	u.report("taint", either(removed, "removed "+types.TaintKey+":NoSchedule from "+node,
 		node+" does not carry "+types.TaintKey), err)
+	u.removeTopology(ctx, relay)
 	u.report("capacity", "left to the kubelet, which writes its own view of the machine over the Node's capacity and "+
 		"allocatable at its next status update (nodeStatusUpdateFrequency, 10s by default)", nil)
 
@@ -145,6 +150,19 @@ func (u *uninstaller) removeFromNode(ctx context.Context) {
 		return
 	}
 	fmt.Fprintf(u.out, "event: recorded Normal %s on %s\n", kube.ReasonRemoved, node)
+}
+
+// removeTopology deletes the Node's NodeResourceTopology object. An
+// identity that may not delete it fails the item only when
+// --publish-topology says node-resized wrote it.
+func (u *uninstaller) removeTopology(ctx context.Context, relay *kube.Relay) {
+	name := "NodeResourceTopology " + u.o.nodeName
+	removed, err := nrt.Delete(ctx, relay.Client(), u.o.nodeName)
+	if err != nil && apierrors.IsForbidden(err) && !u.o.publishTopology {
+		u.report("topology", "not deleted: this identity may not delete "+name+", and --publish-topology was not given", nil)
+		return
+	}
+	u.report("topology", either(removed, "deleted "+name, "there is no "+name), err)
 }
 
 func either(cond bool, yes, no string) string {

@@ -41,6 +41,7 @@ type NodeResourceTopology struct {
 // Meta is the part of the object's metadata node-resized owns.
 type Meta struct {
 	Name            string                  `json:"name"`
+	Annotations     map[string]string       `json:"annotations,omitempty"`
 	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
 }
 
@@ -110,7 +111,13 @@ type KubeletTopology struct {
 // Available is allocatable: node-resized follows the machine, not the
 // pods, and does not subtract what running pods hold. A machine without
 // NUMA node directories has no zones.
-func Build(node string, uid types.UID, snap *topology.Snapshot, kt KubeletTopology) NodeResourceTopology {
+//
+// fingerprint, when not "", is the pod fingerprint (PodFingerprint) of
+// the pods the kubelet runs, written as node-feature-discovery writes it:
+// the attributes nodeTopologyPodsFingerprint and
+// nodeTopologyPodsFingerprintMethod ("all"), after the topology
+// manager's, and the legacy annotation topology.node.k8s.io/fingerprint.
+func Build(node string, uid types.UID, snap *topology.Snapshot, kt KubeletTopology, fingerprint string) NodeResourceTopology {
 	o := NodeResourceTopology{
 		APIVersion: Resource.GroupVersion().String(),
 		Kind:       "NodeResourceTopology",
@@ -134,6 +141,12 @@ func Build(node string, uid types.UID, snap *topology.Snapshot, kt KubeletTopolo
 		if p := topologyPolicy(kt.TopologyManagerPolicy, scope); p != "" {
 			o.TopologyPolicies = []string{p}
 		}
+	}
+	if fingerprint != "" {
+		o.Attributes = append(o.Attributes,
+			Attribute{Name: FingerprintAttribute, Value: fingerprint},
+			Attribute{Name: FingerprintMethodAttribute, Value: FingerprintMethodAll})
+		o.Metadata.Annotations = map[string]string{FingerprintAnnotation: fingerprint}
 	}
 	if snap == nil {
 		return o

@@ -156,7 +156,7 @@ func TestBuild(t *testing.T) {
 		{name: "no model yet", snap: nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := Build("worker-1", "uid-1", tc.snap, tc.kt)
+			o := Build("worker-1", "uid-1", tc.snap, tc.kt, "")
 			if o.APIVersion != "topology.node.k8s.io/v1alpha2" || o.Kind != "NodeResourceTopology" || o.Metadata.Name != "worker-1" {
 				t.Errorf("object %s %s %q", o.APIVersion, o.Kind, o.Metadata.Name)
 			}
@@ -194,7 +194,7 @@ func TestBuild(t *testing.T) {
 // quantities as the kubelet writes them.
 func TestBuildWire(t *testing.T) {
 	snap := &topology.Snapshot{Nodes: []topology.Node{{ID: 0, CPUs: zoneCPUs(0, 1), MemTotal: 2 * giB, Distances: []int{10}}}}
-	b, err := json.Marshal(Build("worker-1", "uid-1", snap, KubeletTopology{ReservedCPUs: topology.CPUSet{1}}))
+	b, err := json.Marshal(Build("worker-1", "uid-1", snap, KubeletTopology{ReservedCPUs: topology.CPUSet{1}}, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,5 +205,29 @@ func TestBuildWire(t *testing.T) {
 		`{"name":"memory","capacity":"2Gi","allocatable":"2Gi","available":"2Gi"}]}]}`
 	if string(b) != want {
 		t.Errorf("wire form\n%s\nwant\n%s", b, want)
+	}
+}
+
+// The pod fingerprint goes where node-feature-discovery writes it and the
+// scheduler plugin reads it: the two attributes, after the topology
+// manager's, and the legacy annotation.
+func TestBuildFingerprint(t *testing.T) {
+	const fp = "pfp0v001ef2fc57a9e1fcd5e"
+	o := Build("worker-1", "uid-1", nil, KubeletTopology{TopologyManagerPolicy: "single-numa-node", TopologyManagerScope: "pod"}, fp)
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"apiVersion":"topology.node.k8s.io/v1alpha2","kind":"NodeResourceTopology",` +
+		`"metadata":{"name":"worker-1","annotations":{"topology.node.k8s.io/fingerprint":"` + fp + `"},` +
+		`"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"worker-1","uid":"uid-1"}]},"zones":[],` +
+		`"attributes":[{"name":"topologyManagerPolicy","value":"single-numa-node"},{"name":"topologyManagerScope","value":"pod"},` +
+		`{"name":"nodeTopologyPodsFingerprint","value":"` + fp + `"},{"name":"nodeTopologyPodsFingerprintMethod","value":"all"}],` +
+		`"topologyPolicies":["SingleNUMANodePodLevel"]}`
+	if string(b) != want {
+		t.Errorf("wire form\n%s\nwant\n%s", b, want)
+	}
+	if o := Build("worker-1", "uid-1", nil, KubeletTopology{}, ""); o.Attributes != nil || o.Metadata.Annotations != nil {
+		t.Errorf("no fingerprint: attributes %v, annotations %v; want neither", o.Attributes, o.Metadata.Annotations)
 	}
 }

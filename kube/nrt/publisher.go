@@ -38,6 +38,12 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Clock is the publisher's clock (default the real one).
 	Clock clock.Clock
+	// Pods, when set, lists the pods the kubelet runs (its pod-resources
+	// List): the object then carries their fingerprint, asked at start
+	// and every PodsEvery (default 10s), and written again when it
+	// changes. A failed List keeps the last fingerprint.
+	Pods      func(context.Context) ([]Pod, error)
+	PodsEvery time.Duration
 }
 
 // Publisher keeps the Node's NodeResourceTopology object equal to the
@@ -56,8 +62,11 @@ type Publisher struct {
 
 	mu      sync.Mutex // guards the fields below
 	want    *topology.Snapshot
-	since   time.Time // the first hardware event the wanted model has not yet been written for
-	written []byte    // the last object the API server acknowledged, as applied
+	model   *topology.Snapshot // the newest model, written or not
+	pods    string             // the pods' fingerprint; "" before the first List
+	podsErr string             // the last List error, "" after a List that worked
+	since   time.Time          // the first hardware event the wanted model has not yet been written for
+	written []byte             // the last object the API server acknowledged, as applied
 	applies uint64
 	lastErr error
 }
@@ -66,6 +75,9 @@ type Publisher struct {
 // NodeResourceTopology through client (kube.Relay.Client).
 func New(client dynamic.Interface, opts Options) *Publisher {
 	retry.Defaults(&opts.Logger, &opts.Metrics, &opts.Clock, &opts.MinBackoff, &opts.MaxBackoff, 200*time.Millisecond, 30*time.Second)
+	if opts.PodsEvery <= 0 {
+		opts.PodsEvery = 10 * time.Second
+	}
 	return &Publisher{
 		opts:  opts,
 		nodes: client.Resource(objects.Nodes),
@@ -86,7 +98,7 @@ func (p *Publisher) Publish(snap *topology.Snapshot, since time.Time) {
 	if p.want == nil || (!since.IsZero() && (p.since.IsZero() || since.Before(p.since))) {
 		p.since = since
 	}
-	p.want = snap
+	p.want, p.model = snap, snap
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -99,13 +111,16 @@ type Stats struct {
 	Applies   uint64
 	Pending   bool
 	LastError string
+	// PodsFingerprint is the fingerprint of the pods the object carries
+	// or is about to; "" when the pods are not listed (yet).
+	PodsFingerprint string
 }
 
 // Stats returns the publisher's counters.
 func (p *Publisher) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Applies: p.applies, Pending: p.want != nil}
+	s := Stats{Applies: p.applies, Pending: p.want != nil, PodsFingerprint: p.pods}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
 	}
@@ -114,28 +129,40 @@ func (p *Publisher) Stats() Stats {
 
 // Run writes the wanted models until ctx is done. A failed write is
 // retried with jittered exponential backoff, always with the newest
-// model; a newer model is written at once. It returns nil once ctx is
-// done.
+// model; a newer model is written at once, and so is the newest model
+// with the pods' new fingerprint. It returns nil once ctx is done.
 func (p *Publisher) Run(ctx context.Context) error {
 	backoff := retry.Backoff(p.opts.MinBackoff, p.opts.MaxBackoff)
 	var again clock.Timer
 	defer func() { retry.Stop(again) }()
+	var podsTimer clock.Timer // asks for the pods again when it fires
+	if p.opts.Pods != nil {
+		p.listPods(ctx) // before the first write
+		podsTimer = p.clock.NewTimer(p.opts.PodsEvery)
+		defer func() { retry.Stop(podsTimer) }()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-p.wake:
 		case <-retry.C(again):
+		case <-retry.C(podsTimer):
+			changed := p.listPods(ctx)
+			podsTimer.Reset(p.opts.PodsEvery)
+			if !changed || again != nil {
+				continue // nothing new, or a retry already waits
+			}
 		}
 		retry.Stop(again)
 		again = nil
 		p.mu.Lock()
-		want, since := p.want, p.since
+		want, since, pods := p.want, p.since, p.pods
 		p.mu.Unlock()
 		if want == nil {
 			continue
 		}
-		err := p.write(ctx, want, since)
+		err := p.write(ctx, want, since, pods)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -153,14 +180,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 // same name gets the new one) and applies the object built from snap,
 // unless the API server already has exactly that object from this
 // publisher.
-func (p *Publisher) write(ctx context.Context, snap *topology.Snapshot, since time.Time) error {
+func (p *Publisher) write(ctx context.Context, snap *topology.Snapshot, since time.Time, pods string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	node, err := p.nodes.Get(ctx, p.opts.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get Node %s for its UID: %w", p.opts.NodeName, err)
 	}
-	obj := Build(p.opts.NodeName, node.GetUID(), snap, p.opts.Kubelet)
+	obj := Build(p.opts.NodeName, node.GetUID(), snap, p.opts.Kubelet, pods)
 	data, err := json.Marshal(obj)
 	if err != nil {
 		return fmt.Errorf("encode NodeResourceTopology %s: %w", p.opts.NodeName, err)
@@ -184,7 +211,7 @@ func (p *Publisher) write(ctx context.Context, snap *topology.Snapshot, since ti
 	if !same {
 		p.applies++
 	}
-	if p.want == snap {
+	if p.want == snap && p.pods == pods {
 		p.want, p.since = nil, time.Time{} // nothing newer arrived meanwhile
 	}
 	p.mu.Unlock()
@@ -192,11 +219,44 @@ func (p *Publisher) write(ctx context.Context, snap *topology.Snapshot, since ti
 		return nil
 	}
 	args := []any{"node", p.opts.NodeName, "zones", zoneSummary(obj.Zones)}
+	if pods != "" {
+		args = append(args, "pods_fingerprint", pods)
+	}
 	if !since.IsZero() {
 		args = append(args, "latency", p.clock.Since(since))
 	}
 	p.log.Info("NodeResourceTopology applied", args...)
 	return nil
+}
+
+// listPods asks for the kubelet's pods and reports whether their
+// fingerprint changed; the newest model is then wanted again, to be
+// written with it.
+func (p *Publisher) listPods(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pods, err := p.opts.Pods(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		if msg := err.Error(); msg != p.podsErr {
+			p.podsErr = msg // said once, not every poll
+			p.log.Warn("list the kubelet's pods for the NodeResourceTopology's pod fingerprint; keeping the last one",
+				"node", p.opts.NodeName, "err", err, "fingerprint", p.pods)
+		}
+		return false
+	}
+	p.podsErr = ""
+	fp := PodFingerprint(pods)
+	if fp == p.pods {
+		return false
+	}
+	p.log.Debug("the kubelet's pods changed", "node", p.opts.NodeName, "pods", len(pods), "fingerprint", fp)
+	p.pods = fp
+	if p.want == nil {
+		p.want = p.model
+	}
+	return p.want != nil
 }
 
 // failed records a failed write.
@@ -223,4 +283,20 @@ func zoneSummary(zones []Zone) string {
 		parts[i] = b.String()
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Delete deletes the Node's NodeResourceTopology object, for
+// node-resized --uninstall, and reports whether there was one. No object,
+// or no such resource (the CRD not installed), is no error.
+func Delete(ctx context.Context, client dynamic.Interface, node string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := client.Resource(Resource).Delete(ctx, node, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete NodeResourceTopology %s: %w", node, err)
+	}
+	return true, nil
 }

@@ -1,8 +1,10 @@
 package nrt
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -58,6 +60,12 @@ func (a *applyRecorder) snapshot() (tries int, applies []k8stesting.PatchActionI
 
 func startPublisher(t *testing.T, fail int) (*Publisher, *applyRecorder, *metrics.Metrics) {
 	t.Helper()
+	return startPublisherWith(t, fail, Options{})
+}
+
+// startPublisherWith starts a publisher with opts, for Node worker-1.
+func startPublisherWith(t *testing.T, fail int, opts Options) (*Publisher, *applyRecorder, *metrics.Metrics) {
+	t.Helper()
 	node := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Node",
 		"metadata": map[string]any{"name": "worker-1", "uid": "0f7c-node-uid"},
@@ -67,8 +75,9 @@ func startPublisher(t *testing.T, fail int) (*Publisher, *applyRecorder, *metric
 	rec := &applyRecorder{fail: fail, got: make(chan struct{}, 100)}
 	client.PrependReactor("patch", "noderesourcetopologies", rec.react)
 	m := metrics.New()
-	p := New(client, Options{NodeName: "worker-1", Metrics: m,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	opts.NodeName, opts.Metrics = "worker-1", m
+	opts.MinBackoff, opts.MaxBackoff = 50*time.Millisecond, 200*time.Millisecond
+	p := New(client, opts)
 	kubetest.Run(t, p.Run)
 	return p, rec, m
 }
@@ -148,4 +157,86 @@ func TestPublisherRetriesTheNewest(t *testing.T) {
 	if z := zoneLines(got.Zones); z[0] != "node-0 Node [node-0=10 node-1=21] cpu=4/4/4 memory=4Gi/4Gi/4Gi" {
 		t.Errorf("applied zone %q after a failed write, want the 4 CPUs again", z[0])
 	}
+}
+
+// kubeletPods is a kubelet's pod-resources List that the test changes.
+type kubeletPods struct {
+	mu    sync.Mutex
+	pods  []Pod
+	err   error
+	calls int
+}
+
+func (k *kubeletPods) list(context.Context) ([]Pod, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls++
+	return slices.Clone(k.pods), k.err
+}
+
+func (k *kubeletPods) set(pods []Pod, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pods, k.err = pods, err
+}
+
+// fingerprintOf returns the fingerprint attributes and annotation of an
+// applied object.
+func fingerprintOf(t *testing.T, a k8stesting.PatchActionImpl) (attr, method, annotation string) {
+	t.Helper()
+	var got NodeResourceTopology
+	if err := json.Unmarshal(a.GetPatch(), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range got.Attributes {
+		switch at.Name {
+		case FingerprintAttribute:
+			attr = at.Value
+		case FingerprintMethodAttribute:
+			method = at.Value
+		}
+	}
+	return attr, method, got.Metadata.Annotations[FingerprintAnnotation]
+}
+
+// The object carries the fingerprint of the pods the kubelet lists from
+// its first write, and is written again when pods come and go, with no
+// change of the machine. A List that fails keeps the last fingerprint.
+func TestPublisherFollowsThePods(t *testing.T) {
+	k := &kubeletPods{pods: []Pod{{"default", "web-0"}}}
+	p, rec, _ := startPublisherWith(t, 0, Options{Pods: k.list, PodsEvery: 20 * time.Millisecond})
+	p.Publish(twoNodes(), time.Time{})
+	kubetest.WaitFor(t, "an apply", func() bool { _, a := rec.snapshot(); return len(a) == 1 })
+	_, applies := rec.snapshot()
+	check := func(a k8stesting.PatchActionImpl, pods []Pod) {
+		t.Helper()
+		want := PodFingerprint(pods)
+		if attr, method, ann := fingerprintOf(t, a); attr != want || method != "all" || ann != want {
+			t.Errorf("fingerprint attribute %q method %q annotation %q, want %s, all, %s", attr, method, ann, want, want)
+		}
+	}
+	check(applies[0], []Pod{{"default", "web-0"}})
+
+	// A pod comes: written again, the machine unchanged.
+	two := []Pod{{"default", "web-0"}, {"kube-system", "coredns-0"}}
+	k.set(two, nil)
+	kubetest.WaitFor(t, "a second apply", func() bool { _, a := rec.snapshot(); return len(a) == 2 })
+	_, applies = rec.snapshot()
+	check(applies[1], two)
+
+	// The kubelet does not answer: the last fingerprint stays, no write.
+	k.set(nil, errors.New("connection refused"))
+	k.mu.Lock()
+	calls := k.calls
+	k.mu.Unlock()
+	kubetest.WaitFor(t, "three more Lists", func() bool { k.mu.Lock(); defer k.mu.Unlock(); return k.calls >= calls+3 })
+	if _, a := rec.snapshot(); len(a) != 2 || p.Stats().PodsFingerprint != PodFingerprint(two) {
+		t.Errorf("%d applies, fingerprint %s after failed Lists; want 2 and %s", len(a), p.Stats().PodsFingerprint, PodFingerprint(two))
+	}
+
+	// Both pods go.
+	k.set(nil, nil)
+	kubetest.WaitFor(t, "a third apply", func() bool { _, a := rec.snapshot(); return len(a) == 3 })
+	_, applies = rec.snapshot()
+	check(applies[2], nil)
 }

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/node-resized/node-resized/test/cluster"
 	"github.com/node-resized/node-resized/topology/topologytest"
@@ -69,8 +75,12 @@ topologyManagerScope: pod
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's pod-resources List, for the pod fingerprint.
+	kubeletRoot := t.TempDir()
+	pods := servePodResources(t, filepath.Join(kubeletRoot, "pod-resources", "kubelet.sock"),
+		podRef{"kube-system", "coredns-7db6d8ff4d-x2k9q"}, podRef{"default", "web-0"}, podRef{"default", "web-1"})
 	e := setup(t, nodeNRT, envOptions{cpus: 8, mach: &m, uevents: true, kubeletGap: time.Hour,
-		args: []string{"--publish-topology", "--kubelet-config", kcfg, "--kubelet-restart=never"}})
+		args: []string{"--publish-topology", "--kubelet-config", kcfg, "--kubelet-restart=never", "--kubelet-root-dir", kubeletRoot}})
 
 	// Under the node identity alone the write is forbidden; the daemon
 	// says so and keeps going.
@@ -107,8 +117,15 @@ topologyManagerScope: pod
 	if got := nrtZones(t, obj); !slices.Equal(got, want) {
 		t.Errorf("zones:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if got := nrtAttributes(obj); got != "topologyManagerPolicy=single-numa-node topologyManagerScope=pod" {
+	// The pod fingerprint as the podfingerprint library signs these
+	// three pods, where the scheduler plugin reads it.
+	const threePods = "pfp0v001ef2fc57a9e1fcd5e"
+	if got := nrtAttributes(obj); got != "topologyManagerPolicy=single-numa-node topologyManagerScope=pod "+
+		"nodeTopologyPodsFingerprint="+threePods+" nodeTopologyPodsFingerprintMethod=all" {
 		t.Errorf("attributes %q", got)
+	}
+	if got := obj.GetAnnotations()["topology.node.k8s.io/fingerprint"]; got != threePods {
+		t.Errorf("annotation topology.node.k8s.io/fingerprint %q, want %s", got, threePods)
 	}
 	if got, _, _ := unstructured.NestedStringSlice(obj.Object, "topologyPolicies"); !slices.Equal(got, []string{"SingleNUMANodePodLevel"}) {
 		t.Errorf("topologyPolicies %v, want [SingleNUMANodePodLevel]", got)
@@ -157,6 +174,79 @@ topologyManagerScope: pod
 	if len(applied2) != 10 {
 		t.Errorf("%d applies carried a hardware-event latency, want 10 (one per change)", len(applied2))
 	}
+
+	// A pod goes: the object follows with the fingerprint of the two
+	// left, the machine unchanged.
+	const twoPods = "pfp0v0014980f8ef54928fa1"
+	pods.set(podRef{"default", "web-0"}, podRef{"default", "web-1"})
+	obj = waitNRT(t, nrts, "the fingerprint of the pods left", func(o *unstructured.Unstructured) bool {
+		return strings.Contains(nrtAttributes(o), "nodeTopologyPodsFingerprint="+twoPods) &&
+			o.GetAnnotations()["topology.node.k8s.io/fingerprint"] == twoPods
+	})
+	if got := nrtZones(t, obj); !slices.Equal(got, want) {
+		t.Errorf("zones after the pod went:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// --uninstall deletes the object.
+	if err := e.d.Stop(t); err != nil {
+		t.Fatalf("daemon exit after SIGTERM: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, daemonBin, append(slices.Clone(e.args), "--socket", e.d.Socket, "--log-level", "warn", "--uninstall")...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node-resized --uninstall: %v\n%s", err, out)
+	if !strings.Contains(string(out), "topology: deleted NodeResourceTopology "+nodeNRT) {
+		t.Errorf("--uninstall said %q, want it to delete the NodeResourceTopology", out)
+	}
+	if _, err := nrts.Get(context.Background(), nodeNRT, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the object after --uninstall: %v, want not found", err)
+	}
+}
+
+// podRef is a pod as the pod-resources API names it.
+type podRef struct{ namespace, name string }
+
+// podLister is the kubelet's pod-resources List, over pods the test sets.
+type podLister struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	mu   sync.Mutex
+	pods []podRef
+}
+
+func (l *podLister) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, p := range l.pods {
+		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{Namespace: p.namespace, Name: p.name})
+	}
+	return resp, nil
+}
+
+func (l *podLister) set(pods ...podRef) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pods = pods
+}
+
+// servePodResources serves a pod-resources List of pods at sock, as the
+// kubelet does, until the test ends.
+func servePodResources(t *testing.T, sock string, pods ...podRef) *podLister {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &podLister{pods: pods}
+	s := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(s, l)
+	go s.Serve(ln)
+	t.Cleanup(s.Stop)
+	return l
 }
 
 // installCRD creates the CustomResourceDefinition in path (once per
@@ -196,7 +286,7 @@ func installCRD(t *testing.T, c dynamic.Interface, path string) {
 // grantNRT gives user what packaging/rbac.yaml gives node-resized on
 // NodeResourceTopology objects, for the rest of the test: create and
 // patch (an apply that creates the object is authorized as both; without
-// create it is refused).
+// create it is refused), and delete for --uninstall.
 func grantNRT(t *testing.T, e *env, user string) {
 	t.Helper()
 	ctx := context.Background()
@@ -206,7 +296,7 @@ func grantNRT(t *testing.T, e *env, user string) {
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{"topology.node.k8s.io"},
 			Resources: []string{"noderesourcetopologies"},
-			Verbs:     []string{"create", "patch"},
+			Verbs:     []string{"create", "patch", "delete"},
 		}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
