@@ -244,7 +244,7 @@ func kinds(c monitor.Change) []string {
 	return ks
 }
 
-func ids(cs []monitor.Change) []uint64 {
+func ids(cs []api.Event) []uint64 {
 	var out []uint64
 	for _, c := range cs {
 		out = append(out, c.ID)
@@ -432,7 +432,7 @@ func TestServerEvents(t *testing.T) {
 		t.Fatalf("events %v, want [1 2]", ids(evs))
 	}
 	c := evs[1]
-	if !slices.Equal(kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
+	if !slices.Equal(kinds(c.Change), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
 		c.Capacity[resources.CPU] != 6000 || c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
 		t.Errorf("change %+v: want cpu6 offline, 6 cpus, seqnum %d", c, seq)
 	}
@@ -473,11 +473,11 @@ func TestServerResync(t *testing.T) {
 
 // follow runs Client.Follow from since in a goroutine; it returns the
 // changes it receives and Follow's result.
-func (e *apiEnv) follow(ctx context.Context, since uint64) (<-chan monitor.Change, <-chan error) {
-	got := make(chan monitor.Change, 64)
+func (e *apiEnv) follow(ctx context.Context, since uint64) (<-chan api.Event, <-chan error) {
+	got := make(chan api.Event, 64)
 	done := make(chan error, 1)
 	go func() {
-		done <- e.client.Follow(ctx, since, func(c monitor.Change) error {
+		done <- e.client.Follow(ctx, api.Cursor{ID: since}, func(c api.Event) error {
 			got <- c
 			return nil
 		})
@@ -485,7 +485,7 @@ func (e *apiEnv) follow(ctx context.Context, since uint64) (<-chan monitor.Chang
 	return got, done
 }
 
-func receive(t *testing.T, got <-chan monitor.Change) monitor.Change {
+func receive(t *testing.T, got <-chan api.Event) api.Event {
 	t.Helper()
 	select {
 	case c := <-got:
@@ -493,7 +493,7 @@ func receive(t *testing.T, got <-chan monitor.Change) monitor.Change {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Follow delivered nothing within 10s")
 	}
-	return monitor.Change{}
+	return api.Event{}
 }
 
 func TestServerFollow(t *testing.T) {
@@ -504,9 +504,9 @@ func TestServerFollow(t *testing.T) {
 		t.Fatalf("first followed change #%d %v, want the startup #1", c.ID, c.Triggers)
 	}
 	seq := e.cpuOffline(6)
-	if c := receive(t, got); c.ID != 2 || !slices.Equal(kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
+	if c := receive(t, got); c.ID != 2 || !slices.Equal(kinds(c.Change), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
 		c.Seqnums.String() != strconv.FormatUint(seq, 10) {
-		t.Fatalf("second followed change #%d %v seqnums %s, want #2 cpu6 offline from %d", c.ID, kinds(c), c.Seqnums.String(), seq)
+		t.Fatalf("second followed change #%d %v seqnums %s, want #2 cpu6 offline from %d", c.ID, kinds(c.Change), c.Seqnums.String(), seq)
 	}
 	// An unchanged rebuild sends nothing; the next change follows #2.
 	if r, err := e.client.Resync(ctx); err != nil || r.Changed {
@@ -514,8 +514,8 @@ func TestServerFollow(t *testing.T) {
 	}
 	e.onlineBlock(28)
 	e.event(uevent.ActionOnline, "memory", "/devices/system/memory/memory28")
-	if c := receive(t, got); c.ID != 3 || !slices.Contains(kinds(c), topology.ChangeMemoryBlockOnline) {
-		t.Fatalf("third followed change #%d %v, want #3 with block 28 online", c.ID, kinds(c))
+	if c := receive(t, got); c.ID != 3 || !slices.Contains(kinds(c.Change), topology.ChangeMemoryBlockOnline) {
+		t.Fatalf("third followed change #%d %v, want #3 with block 28 online", c.ID, kinds(c.Change))
 	}
 	cancel()
 	if err := within(t, done, "Follow"); err != nil {
@@ -546,8 +546,8 @@ func TestServerFollow(t *testing.T) {
 }
 
 // drain yields what is left in a channel that no one sends on any more.
-func drain(ch <-chan monitor.Change) func(func(monitor.Change) bool) {
-	return func(yield func(monitor.Change) bool) {
+func drain(ch <-chan api.Event) func(func(api.Event) bool) {
+	return func(yield func(api.Event) bool) {
 		for {
 			select {
 			case c := <-ch:
