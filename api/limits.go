@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bufio"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,22 +56,33 @@ const refusedBody = `{"error":"too many connections to node-resized (--api-max-c
 var refusedAnswer = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\n" +
 	"Content-Length: " + strconv.Itoa(len(refusedBody)) + "\r\n\r\n" + refusedBody)
 
+// Refusers is how many connections over the cap a listener answers 503
+// at once; one more is closed without an answer. Each holds its
+// descriptor for at most refuseTimeout.
+const Refusers = 4
+
+// refuseTimeout bounds reading the request of a connection over the cap
+// and writing its 503.
+const refuseTimeout = time.Second
+
 // limitListener accepts at most cap connections open at once, as
 // golang.org/x/net/netutil.LimitListener does, but refuses one more at
-// once (a 503 and close) instead of leaving it in the kernel's backlog
-// until a slot frees: a client over the cap learns why, and the backlog
-// never holds clients that wait forever.
+// once (it reads the request and answers 503, or closes it when Refusers
+// are busy) instead of leaving it in the kernel's backlog until a slot
+// frees: a client over the cap learns why, and the backlog never holds
+// clients that wait forever.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
-	log *slog.Logger
+	sem      chan struct{}
+	refusers chan struct{}
+	log      *slog.Logger
 
 	refused    atomic.Int64 // since the last warning
 	lastWarned atomic.Int64 // unix nanoseconds of the last warning
 }
 
 func newLimitListener(ln net.Listener, n int, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, max(n, 1)), log: log}
+	return &limitListener{Listener: ln, sem: make(chan struct{}, max(n, 1)), refusers: make(chan struct{}, Refusers), log: log}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -87,12 +100,24 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse answers c 503 and closes it. The answer fits in a fresh socket's
-// buffer; the deadline only guards against a peer that cannot take it.
+// refuse answers c 503 and closes it, in the background: a client reads
+// the answer only once it has sent its request (Go's client takes an
+// answer before that for a broken connection), so the request's headers
+// are read first, within refuseTimeout.
 func (l *limitListener) refuse(c net.Conn) {
-	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.Write(refusedAnswer)
-	_ = c.Close()
+	select {
+	case l.refusers <- struct{}{}:
+		go func() {
+			defer func() { <-l.refusers }()
+			_ = c.SetDeadline(time.Now().Add(refuseTimeout))
+			if _, err := http.ReadRequest(bufio.NewReaderSize(c, 4096)); err == nil {
+				_, _ = c.Write(refusedAnswer)
+			}
+			_ = c.Close()
+		}()
+	default:
+		_ = c.Close()
+	}
 	n := l.refused.Add(1)
 	now := time.Now().UnixNano()
 	if last := l.lastWarned.Load(); now-last >= int64(10*time.Second) && l.lastWarned.CompareAndSwap(last, now) {

@@ -94,6 +94,7 @@ type apiEnv struct {
 	metrics *metrics.Metrics
 	socket  string
 	client  *api.Client
+	server  *api.Server
 	changes <-chan monitor.Change // every change after the startup one
 	seq     uint64                // the last SEQNUM sent
 
@@ -104,6 +105,23 @@ type apiEnv struct {
 
 func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 	t.Helper()
+	o := apiOptions{}
+	if len(info) > 0 {
+		o.info = &info[0]
+	}
+	return startAPIWith(t, o)
+}
+
+// apiOptions change what startAPIWith starts; the zero value is
+// startAPI's.
+type apiOptions struct {
+	info    *api.Info
+	limits  *api.Limits
+	history int // the monitor's History; 0: its default
+}
+
+func startAPIWith(t *testing.T, o apiOptions) *apiEnv {
+	t.Helper()
 	e := &apiEnv{t: t, metrics: metrics.New(), seq: 3000}
 	e.tree = apiMachine().WriteTree(t, topologytest.Dir(t))
 	fsys, err := topology.NewFS(e.tree.Sys, e.tree.Proc)
@@ -111,7 +129,7 @@ func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 		t.Fatal(err)
 	}
 	e.src = &source{metrics: e.metrics, events: make(chan uevent.Event, 1024), closed: make(chan struct{})}
-	e.mon = monitor.New(fsys, e.src, monitor.Config{MemPoll: -1, Resync: -1, Metrics: e.metrics})
+	e.mon = monitor.New(fsys, e.src, monitor.Config{MemPoll: -1, Resync: -1, Metrics: e.metrics, History: o.history})
 	ch, unsubscribe := e.mon.Subscribe()
 	e.changes = ch
 	ctx, stop := context.WithCancel(context.Background())
@@ -140,10 +158,14 @@ func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 		t.Fatal(err)
 	}
 	in := api.Info{Version: "v0.0.0-test", Hostname: "node-a", Mode: "standalone"}
-	if len(info) > 0 {
-		in = info[0]
+	if o.info != nil {
+		in = *o.info
 	}
 	srv := api.NewServer(e.mon, e.metrics, in, nil)
+	if o.limits != nil {
+		srv.Limits = *o.limits
+	}
+	e.server = srv
 	sctx, stopServe := context.WithCancel(context.Background())
 	e.stopServe, e.served = stopServe, make(chan error, 1)
 	go func() { e.served <- srv.Serve(sctx, ln) }()

@@ -19,11 +19,11 @@ const detectionReserve = 256
 // detection loop room below the open-files limit soft, given the
 // descriptors open now (the model built, its files cached): room for
 // what it holds now again (hot-added memory blocks and CPUs keep files
-// open too), at least detectionReserve, and one descriptor per listener
-// for the connection it accepts only to refuse. It returns want when
+// open too), at least detectionReserve, and per listener the connections
+// it accepts only to refuse (api.Refusers, and the one just accepted). It returns want when
 // that fits, and whether it had to lower it; the cap is at least 1.
 func connectionCap(want, listeners int, soft uint64, open int) (int, bool) {
-	room := int64(soft) - int64(open) - int64(max(open, detectionReserve)) - int64(listeners)
+	room := int64(soft) - int64(open) - int64(max(open, detectionReserve)) - int64(listeners)*(api.Refusers+1)
 	per := room / int64(max(listeners, 1))
 	if per >= int64(want) {
 		return want, false
