@@ -150,12 +150,12 @@ func TestFollowStreamCap(t *testing.T) {
 	for range max {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		got, _ := e.follow(ctx, 0)
+		got, _ := e.follow(ctx, api.Cursor{})
 		receive(t, got) // the stream is open
 		cancels = append(cancels, cancel)
 	}
 	for range 3 {
-		_, done := e.follow(context.Background(), 0)
+		_, done := e.follow(context.Background(), api.Cursor{})
 		err := within(t, done, "Follow over the cap")
 		if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "too many event streams") {
 			t.Fatalf("Follow over the cap of %d = %v, want a 503 that says too many event streams", max, err)
@@ -173,7 +173,7 @@ func TestFollowStreamCap(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
-		got, done := e.follow(ctx, 0)
+		got, done := e.follow(ctx, api.Cursor{})
 		select {
 		case <-got:
 			cancel()

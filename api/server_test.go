@@ -495,11 +495,11 @@ func TestServerResync(t *testing.T) {
 
 // follow runs Client.Follow from since in a goroutine; it returns the
 // changes it receives and Follow's result.
-func (e *apiEnv) follow(ctx context.Context, since uint64) (<-chan api.Event, <-chan error) {
+func (e *apiEnv) follow(ctx context.Context, since api.Cursor) (<-chan api.Event, <-chan error) {
 	got := make(chan api.Event, 64)
 	done := make(chan error, 1)
 	go func() {
-		done <- e.client.Follow(ctx, api.Cursor{ID: since}, func(c api.Event) error {
+		done <- e.client.Follow(ctx, since, func(c api.Event) error {
 			got <- c
 			return nil
 		})
@@ -521,7 +521,7 @@ func receive(t *testing.T, got <-chan api.Event) api.Event {
 func TestServerFollow(t *testing.T) {
 	e := startAPI(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	got, done := e.follow(ctx, 0)
+	got, done := e.follow(ctx, api.Cursor{})
 	if c := receive(t, got); c.ID != 1 || c.Triggers[0] != monitor.TriggerStartup {
 		t.Fatalf("first followed change #%d %v, want the startup #1", c.ID, c.Triggers)
 	}
@@ -550,7 +550,7 @@ func TestServerFollow(t *testing.T) {
 	// Since #2: the history after it, then what happens next, once each.
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	got, done = e.follow(ctx, 2)
+	got, done = e.follow(ctx, api.Cursor{ID: 2})
 	if c := receive(t, got); c.ID != 3 {
 		t.Fatalf("first change since #2 is #%d, want #3", c.ID)
 	}
@@ -661,7 +661,7 @@ func TestServerWrongMethod(t *testing.T) {
 // promptly; the follower is told the stream ended.
 func TestServeEndsOpenFollowStream(t *testing.T) {
 	e := startAPI(t)
-	got, done := e.follow(context.Background(), 0)
+	got, done := e.follow(context.Background(), api.Cursor{})
 	receive(t, got) // the stream is open
 	start := time.Now()
 	e.stopServe()
