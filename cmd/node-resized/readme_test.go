@@ -78,6 +78,7 @@ func flagsFromHelp(t *testing.T, help string) map[string]helpFlag {
 // readmeFlag is one row of the README's flag reference.
 type readmeFlag struct {
 	def  string // the default cell, without its backquotes
+	file string
 	line int
 }
 
@@ -85,12 +86,18 @@ type readmeFlag struct {
 // section whose first cell is a flag: | `--name` | `default` | meaning |.
 func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
 	t.Helper()
+	return flagsFromDoc(t, "README.md", readme, "## Configure", map[string]readmeFlag{})
+}
+
+// flagsFromDoc adds to flags the flag rows of the tables in the section
+// of doc (named file) that starts with the heading section.
+func flagsFromDoc(t *testing.T, file, doc, section string, flags map[string]readmeFlag) map[string]readmeFlag {
+	t.Helper()
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| `([^`]*)` \\|")
-	flags := map[string]readmeFlag{}
 	in := false
-	for i, line := range strings.Split(readme, "\n") {
+	for i, line := range strings.Split(doc, "\n") {
 		if strings.HasPrefix(line, "## ") {
-			in = line == "## Configure"
+			in = line == section
 			continue
 		}
 		if !in || !strings.HasPrefix(line, "| `--") {
@@ -98,16 +105,16 @@ func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
 		}
 		m := row.FindStringSubmatch(line)
 		if m == nil {
-			t.Errorf("README.md:%d: a flag row must read | `--name` | `default` | meaning |: %s", i+1, line)
+			t.Errorf("%s:%d: a flag row must read | `--name` | `default` | meaning |: %s", file, i+1, line)
 			continue
 		}
 		if prev, dup := flags[m[1]]; dup {
-			t.Errorf("README.md:%d: --%s is documented twice (also line %d)", i+1, m[1], prev.line)
+			t.Errorf("%s:%d: --%s is documented twice (also %s:%d)", file, i+1, m[1], prev.file, prev.line)
 		}
-		flags[m[1]] = readmeFlag{def: m[2], line: i + 1}
+		flags[m[1]] = readmeFlag{def: m[2], file: file, line: i + 1}
 	}
 	if len(flags) == 0 {
-		t.Fatal("README.md has no flag reference under ## Configure")
+		t.Fatalf("%s has no flag reference under %s", file, section)
 	}
 	return flags
 }
@@ -167,6 +174,13 @@ func TestReadmeFlagReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := flagsFromReadme(t, string(b))
+	// The local API's limits are documented beside the API, in
+	// docs/operating.md.
+	ops, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operating.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc = flagsFromDoc(t, "docs/operating.md", string(ops), "## The local API", doc)
 	for _, name := range slices.Sorted(maps.Keys(have)) {
 		d, ok := doc[name]
 		if !ok {
@@ -178,12 +192,12 @@ func TestReadmeFlagReference(t *testing.T) {
 			if shown == "" {
 				shown = "the zero value"
 			}
-			t.Errorf("README.md:%d: --%s default `%s`, but the daemon's is %s (%s)", d.line, name, d.def, shown, f.kind)
+			t.Errorf("%s:%d: --%s default `%s`, but the daemon's is %s (%s)", d.file, d.line, name, d.def, shown, f.kind)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(doc)) {
 		if _, ok := have[name]; !ok {
-			t.Errorf("README.md:%d: --%s is documented but node-resized has no such flag", doc[name].line, name)
+			t.Errorf("%s:%d: --%s is documented but node-resized has no such flag", doc[name].file, doc[name].line, name)
 		}
 	}
 }
