@@ -76,6 +76,7 @@ type limitListener struct {
 	sem      chan struct{}
 	refusers chan struct{}
 	log      *slog.Logger
+	wg       sync.WaitGroup // the refusers running
 
 	refused    atomic.Int64 // since the last warning
 	lastWarned atomic.Int64 // unix nanoseconds of the last warning
@@ -107,7 +108,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 func (l *limitListener) refuse(c net.Conn) {
 	select {
 	case l.refusers <- struct{}{}:
+		l.wg.Add(1)
 		go func() {
+			defer l.wg.Done()
 			defer func() { <-l.refusers }()
 			_ = c.SetDeadline(time.Now().Add(refuseTimeout))
 			if _, err := http.ReadRequest(bufio.NewReaderSize(c, 4096)); err == nil {
@@ -125,6 +128,9 @@ func (l *limitListener) refuse(c net.Conn) {
 		l.log.Warn("refused API connections over the cap", "refused", n, "cap", cap(l.sem), "addr", l.Addr().String())
 	}
 }
+
+// wait waits for the refusers: each ends within refuseTimeout.
+func (l *limitListener) wait() { l.wg.Wait() }
 
 // limitConn gives its slot back once, when it is closed.
 type limitConn struct {

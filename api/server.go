@@ -150,7 +150,9 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	defer cancel()
 	lim := s.Limits
 	if lim.MaxConnections > 0 {
-		ln = newLimitListener(ln, lim.MaxConnections, s.log)
+		ll := newLimitListener(ln, lim.MaxConnections, s.log)
+		defer ll.wait()
+		ln = ll
 	}
 	h = s.withEpoch(h)
 	srv := &http.Server{

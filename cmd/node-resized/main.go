@@ -83,6 +83,8 @@ Examples:
                                                  a synthetic machine (see topology/topologytest)
 
 Run under systemd with: systemctl enable --now node-resized
+Signals: SIGTERM and SIGINT stop it cleanly; SIGHUP (systemctl reload) resyncs
+the model from sysfs (flags are read only at start: restart to change them).
 Logs: journalctl -u node-resized (structured fields with -o verbose)
 
 Flags:
