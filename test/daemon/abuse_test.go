@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -88,13 +89,19 @@ func heldConnections(t *testing.T, d *daemon, baseline int) int {
 
 // TestDetectionWithAPIAtItsCap fills the API with abandoned connections
 // and streams, up to and far beyond its caps and the open-files limit of
-// the daemon (1024, systemd's default soft limit, made hard too so that
-// the daemon cannot raise it), and takes the real cpu1 offline and back:
-// the detection loop must see both as it does with an idle API.
+// the daemon (made hard too, so that the daemon cannot raise it), and
+// takes the real cpu1 offline and back: the detection loop must see both
+// as it does with an idle API. At 1024, systemd's default soft limit, the
+// default cap fits; at 700 the daemon must lower it.
 func TestDetectionWithAPIAtItsCap(t *testing.T) {
 	cpu1test.Need(t)
-	const nofile = 1024
-	d := &daemon{Daemon: daemontest.StartNoFile(t, nofile, binDir+"/node-resized", "--standalone"), t: t}
+	for _, nofile := range []int{1024, 700} {
+		t.Run(fmt.Sprintf("nofile=%d", nofile), func(t *testing.T) { detectionAtTheCap(t, nofile) })
+	}
+}
+
+func detectionAtTheCap(t *testing.T, nofile int) {
+	d := &daemon{Daemon: daemontest.StartNoFile(t, uint64(nofile), binDir+"/node-resized", "--standalone"), t: t}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := d.Client.Status(ctx)
@@ -118,7 +125,7 @@ func TestDetectionWithAPIAtItsCap(t *testing.T) {
 
 	// Half the abusers ask for a stream, half for the status, and none
 	// reads its answer: more connections than the daemon may open files.
-	const abusers = nofile + 100
+	abusers := nofile + 100
 	conns, dialFailed := flood(t, d.Socket, abusers, func(i int) string {
 		if i%2 == 0 {
 			return "/v1/events?follow=1"
@@ -160,20 +167,26 @@ func TestDetectionWithAPIAtItsCap(t *testing.T) {
 	}
 	await("online", initial, "cpu_online", start)
 
-	// The API still answers once the abusers are gone, and nothing in
+	// The API still answers once the abusers and the observer are gone
+	// (a lowered cap may be the observer's one slot), and nothing in
 	// detection failed meanwhile.
 	for _, c := range conns {
 		c.Close()
 	}
+	cancel()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err = d.Client.Status(ctx); err == nil || time.Now().After(deadline) {
+		if _, err = d.Client.Status(context.Background()); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
 		t.Errorf("status once the abusers are gone: %v", err)
+	}
+	lowered := len(d.Stderr.Records("lowered the API's connection cap to leave the detection loop room below the open-files limit (raise LimitNOFILE)"))
+	if want := 2*baseline+api.Refusers+1+api.DefaultMaxConnections > nofile; (lowered > 0) != want {
+		t.Errorf("the daemon lowered its connection cap: %v, want %v (%d open of %d)", lowered > 0, want, baseline, nofile)
 	}
 	log := d.Stderr.String()
 	for _, bad := range []string{"too many open files", "MemTotal watch", `"level":"ERROR"`} {
