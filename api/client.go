@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"syscall"
 
 	"github.com/node-resized/node-resized/monitor"
@@ -76,6 +78,9 @@ func (c *Client) do(ctx context.Context, method, path string) (*http.Response, e
 		if json.Unmarshal(body, &e) != nil || e.Error == "" {
 			e.Error = string(body)
 		}
+		if resp.StatusCode == http.StatusGone && e.Missed != nil {
+			return nil, &MissedError{Missed: *e.Missed, Message: e.Error}
+		}
 		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
 	}
 	return resp, nil
@@ -106,10 +111,54 @@ func (c *Client) Topology(ctx context.Context) (*topology.Snapshot, error) {
 }
 
 // Events returns the recorded changes, oldest first.
-func (c *Client) Events(ctx context.Context) ([]monitor.Change, error) {
-	var out []monitor.Change
-	return out, c.get(ctx, http.MethodGet, "/v1/events", &out)
+func (c *Client) Events(ctx context.Context) ([]Event, error) {
+	return c.EventsSince(ctx, Cursor{})
 }
+
+// EventsSince returns the recorded changes after since, oldest first; a
+// *MissedError when some of them cannot be given (the daemon restarted
+// since, or its history dropped them).
+func (c *Client) EventsSince(ctx context.Context, since Cursor) ([]Event, error) {
+	var out []Event
+	return out, c.get(ctx, http.MethodGet, "/v1/events"+since.query(false), &out)
+}
+
+// Cursor names the change a client last saw: its epoch and its id. The
+// zero Cursor is before every change.
+type Cursor struct {
+	Epoch string
+	ID    uint64
+}
+
+// Cursor returns the cursor that resumes after e.
+func (e Event) Cursor() Cursor { return Cursor{Epoch: e.Epoch, ID: e.Change.ID} }
+
+func (c Cursor) query(follow bool) string {
+	q := url.Values{}
+	if follow {
+		q.Set("follow", "1")
+	}
+	if c.Epoch != "" {
+		q.Set("epoch", c.Epoch)
+	}
+	if c.ID > 0 {
+		q.Set("since", strconv.FormatUint(c.ID, 10))
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// MissedError says that the changes after a cursor cannot all be given:
+// the daemon restarted since (a cursor of another epoch), or its history
+// dropped them. Read the status afresh and resume from Missed.Epoch.
+type MissedError struct {
+	Missed  Missed
+	Message string
+}
+
+func (e *MissedError) Error() string { return "missed changes (" + e.Missed.Reason + "): " + e.Message }
 
 // Resync forces a rebuild of the model and returns what changed.
 func (c *Client) Resync(ctx context.Context) (*monitor.ResyncResult, error) {
@@ -117,11 +166,13 @@ func (c *Client) Resync(ctx context.Context) (*monitor.ResyncResult, error) {
 	return &r, c.get(ctx, http.MethodPost, "/v1/resync", &r)
 }
 
-// Follow streams changes recorded after the change id since (0: all that
+// Follow streams changes recorded after since (the zero Cursor: all that
 // are recorded) and then each new one, calling fn for each, until ctx is
-// done (it then returns nil), fn returns an error, or the stream ends.
-func (c *Client) Follow(ctx context.Context, since uint64, fn func(monitor.Change) error) error {
-	resp, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/events?follow=1&since=%d", since))
+// done (it then returns nil), fn returns an error, or the stream ends. It
+// returns a *MissedError, and calls fn for none, when the changes after
+// since cannot all be given.
+func (c *Client) Follow(ctx context.Context, since Cursor, fn func(Event) error) error {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/events"+since.query(true))
 	if err != nil {
 		return err
 	}
@@ -136,7 +187,7 @@ func (c *Client) Follow(ctx context.Context, since uint64, fn func(monitor.Chang
 		if l.Error != "" {
 			return fmt.Errorf("event stream: %s", l.Error)
 		}
-		if err := fn(l.Change); err != nil {
+		if err := fn(l.Event); err != nil {
 			return err
 		}
 	}

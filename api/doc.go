@@ -14,4 +14,12 @@
 //
 // /metrics, /healthz and /readyz are also served on the TCP listener
 // (Server.ServeTCP); the rest only on the socket.
+//
+// Change ids count from 1 in each epoch (Server.Epoch, a new one each time
+// the daemon starts), which every event, /v1/status and the
+// Node-Resized-Epoch header carry; a client resumes with
+// ?epoch=E&since=ID and is answered 410 Gone (Error.Missed) when changes
+// after it cannot all be given. Limits bound what clients may hold: the
+// connections per listener, the event streams, and the time to read a
+// request and to keep an idle connection.
 package api

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/node-resized/node-resized/agent"
@@ -60,7 +62,11 @@ type Server struct {
 	info    Info
 	log     *slog.Logger
 	mux     *http.ServeMux
+	epoch   string
+	streams atomic.Int64 // event streams open
 
+	// Limits bound what clients may hold: set them before Serve.
+	Limits Limits
 	// ResyncTimeout bounds how long POST /v1/resync waits for the rebuild.
 	ResyncTimeout time.Duration
 	// AliveTimeout bounds how long /healthz and /readyz wait for the
@@ -75,8 +81,8 @@ func NewServer(mon *monitor.Monitor, m *metrics.Metrics, info Info, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{mon: mon, metrics: m, info: info, log: log, mux: http.NewServeMux(),
-		ResyncTimeout: 30 * time.Second, AliveTimeout: monitor.AliveTimeout}
+	s := &Server{mon: mon, metrics: m, info: info, log: log, mux: http.NewServeMux(), epoch: rand.Text()[:16],
+		Limits: DefaultLimits(), ResyncTimeout: 30 * time.Second, AliveTimeout: monitor.AliveTimeout}
 	s.route(http.MethodGet, "/v1/status", http.HandlerFunc(s.status))
 	s.route(http.MethodGet, "/v1/topology", http.HandlerFunc(s.topology))
 	s.route(http.MethodGet, "/v1/events", http.HandlerFunc(s.events))
@@ -113,11 +119,17 @@ func route(mux *http.ServeMux, method, path string, h http.Handler) {
 // Handler returns the HTTP handler of every endpoint.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// Epoch names this run of the server: the change ids it serves count
+// from 1 in each epoch, so a change is (epoch, id). A new server has a
+// new random epoch.
+func (s *Server) Epoch() string { return s.epoch }
+
 // Serve answers on ln until ctx is done, then shuts down: it stops
 // accepting, ends event streams and waits (up to 5s) for requests in
-// flight. It closes ln.
+// flight. It closes ln. It holds at most Limits.MaxConnections
+// connections of ln open at once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	return serve(ctx, ln, s.mux, s.log)
+	return s.serve(ctx, ln, s.mux)
 }
 
 // ServeTCP serves /metrics, /healthz and /readyz on ln until ctx is done,
@@ -129,18 +141,27 @@ func (s *Server) ServeTCP(ctx context.Context, ln net.Listener) error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint "+r.Method+" "+r.URL.Path+" on TCP; see GET /metrics, /healthz and /readyz (the rest of the API is on the unix socket)")
 	})
-	return serve(ctx, ln, mux, s.log)
+	return s.serve(ctx, ln, mux)
 }
 
-func serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	// Streams watch this context, so Shutdown does not wait on them.
 	streamCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	lim := s.Limits
+	if lim.MaxConnections > 0 {
+		ll := newLimitListener(ln, lim.MaxConnections, s.log)
+		defer ll.wait()
+		ln = ll
+	}
+	h = s.withEpoch(h)
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: lim.ReadTimeout,
+		ReadTimeout:       lim.ReadTimeout,
+		IdleTimeout:       lim.IdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return streamCtx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -178,6 +199,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	snap, capac := s.mon.Snapshot()
 	st := StatusOf(snap, capac)
 	st.Version, st.Hostname, st.Mode = s.info.Version, s.info.Hostname, s.info.Mode
+	st.Epoch = s.epoch
 	st.Now = time.Now()
 	st.Stats = s.mon.Stats()
 	if c, ok := s.mon.LastChange(); ok {
@@ -257,9 +279,23 @@ func (s *Server) resync(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// EpochHeader is the response header that names the server's epoch
+// (Server.Epoch) on every answer.
+const EpochHeader = "Node-Resized-Epoch"
+
+func (s *Server) withEpoch(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(EpochHeader, s.epoch)
+		h.ServeHTTP(w, r)
+	})
+}
+
 // events answers with the recorded changes, or with ?follow=1 streams them
 // as NDJSON: first those recorded after ?since=ID (all when absent), then
-// each new one as it happens.
+// each new one as it happens. A client that resumes (?since=ID, with
+// ?epoch=E of the change it last saw) after changes it can no longer be
+// given, the daemon having restarted or the history having dropped them,
+// is answered 410 Gone with what it missed.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var since uint64
@@ -271,22 +307,39 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		since = n
 	}
+	epoch := q.Get("epoch")
 	follow, _ := strconv.ParseBool(q.Get("follow"))
 	if !follow {
-		out := []monitor.Change{}
-		for _, c := range s.mon.History() {
+		hist := s.mon.History()
+		if !s.resumable(w, epoch, since, hist) {
+			return
+		}
+		out := []Event{}
+		for _, c := range hist {
 			if c.ID > since {
-				out = append(out, c)
+				out = append(out, Event{Epoch: s.epoch, Change: c})
 			}
 		}
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	if n := s.streams.Add(1); s.Limits.MaxStreams > 0 && n > int64(s.Limits.MaxStreams) {
+		s.streams.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "too many event streams open ("+strconv.Itoa(s.Limits.MaxStreams)+
+			", --api-max-streams): retry later, or poll GET /v1/events?since=ID")
+		return
+	}
+	defer s.streams.Add(-1)
 
 	// Subscribe before reading the history so nothing falls between them;
 	// skip what the history already sent.
 	ch, cancel := s.mon.Subscribe()
 	defer cancel()
+	hist := s.mon.History()
+	if !s.resumable(w, epoch, since, hist) {
+		return
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -294,19 +347,23 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	last := since
 	send := func(l streamLine) bool {
+		// A follower that stops reading is dropped once its socket's
+		// buffer is full, not held for ever.
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 		if err := enc.Encode(l); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	for _, c := range s.mon.History() {
+	for _, c := range hist {
 		if c.ID > last {
-			if !send(streamLine{Change: c}) {
+			if !send(streamLine{Event: Event{Epoch: s.epoch, Change: c}}) {
 				return
 			}
 			last = c.ID
 		}
 	}
+	_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 	if err := rc.Flush(); err != nil {
 		return
 	}
@@ -316,18 +373,50 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		case c, ok := <-ch:
 			if !ok {
-				send(streamLine{Error: "the stream fell behind and was ended; reconnect with ?since=" + strconv.FormatUint(last, 10)})
+				send(streamLine{Error: "the stream fell behind and was ended; reconnect with ?epoch=" + s.epoch + "&since=" + strconv.FormatUint(last, 10)})
 				return
 			}
 			if c.ID <= last {
 				continue
 			}
-			if !send(streamLine{Change: c}) {
+			if !send(streamLine{Event: Event{Epoch: s.epoch, Change: c}}) {
 				return
 			}
 			last = c.ID
 		}
 	}
+}
+
+// resumable reports whether every change after since of epoch is in hist
+// (or since is 0 and the epoch is this one or not given); otherwise it
+// answers 410 Gone (or 400 for an id this epoch has not reached) and
+// reports false.
+func (s *Server) resumable(w http.ResponseWriter, epoch string, since uint64, hist []monitor.Change) bool {
+	var oldest, newest uint64
+	if len(hist) > 0 {
+		oldest, newest = hist[0].ID, hist[len(hist)-1].ID
+	}
+	gone := func(reason, msg string) bool {
+		w.Header().Set(EpochHeader, s.epoch)
+		writeJSON(w, http.StatusGone, Error{Error: msg, Missed: &Missed{Reason: reason, Epoch: s.epoch, Oldest: oldest, Newest: newest}})
+		return false
+	}
+	resume := "read GET /v1/status for the machine as it is now, then follow from ?epoch=" + s.epoch + "&since=" + strconv.FormatUint(newest, 10)
+	switch {
+	case epoch != "" && epoch != s.epoch:
+		return gone(MissedRestarted, "changes after #"+strconv.FormatUint(since, 10)+" of epoch "+epoch+
+			" are not known: node-resized restarted since (its epoch is now "+s.epoch+"); "+resume)
+	case since > newest && epoch == "":
+		return gone(MissedRestarted, "no change #"+strconv.FormatUint(since, 10)+" in epoch "+s.epoch+" (the newest is #"+
+			strconv.FormatUint(newest, 10)+"): node-resized restarted since that change; "+resume)
+	case since > newest:
+		writeError(w, http.StatusBadRequest, "since: change #"+strconv.FormatUint(since, 10)+" is ahead of the newest, #"+strconv.FormatUint(newest, 10))
+		return false
+	case since > 0 && since+1 < oldest:
+		return gone(MissedExpired, "changes #"+strconv.FormatUint(since+1, 10)+" to #"+strconv.FormatUint(oldest-1, 10)+
+			" are no longer recorded (--history keeps the newest "+strconv.Itoa(len(hist))+"); "+resume)
+	}
+	return true
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

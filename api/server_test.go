@@ -94,6 +94,7 @@ type apiEnv struct {
 	metrics *metrics.Metrics
 	socket  string
 	client  *api.Client
+	server  *api.Server
 	changes <-chan monitor.Change // every change after the startup one
 	seq     uint64                // the last SEQNUM sent
 
@@ -104,6 +105,23 @@ type apiEnv struct {
 
 func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 	t.Helper()
+	o := apiOptions{}
+	if len(info) > 0 {
+		o.info = &info[0]
+	}
+	return startAPIWith(t, o)
+}
+
+// apiOptions change what startAPIWith starts; the zero value is
+// startAPI's.
+type apiOptions struct {
+	info    *api.Info
+	limits  *api.Limits
+	history int // the monitor's History; 0: its default
+}
+
+func startAPIWith(t *testing.T, o apiOptions) *apiEnv {
+	t.Helper()
 	e := &apiEnv{t: t, metrics: metrics.New(), seq: 3000}
 	e.tree = apiMachine().WriteTree(t, topologytest.Dir(t))
 	fsys, err := topology.NewFS(e.tree.Sys, e.tree.Proc)
@@ -111,7 +129,7 @@ func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 		t.Fatal(err)
 	}
 	e.src = &source{metrics: e.metrics, events: make(chan uevent.Event, 1024), closed: make(chan struct{})}
-	e.mon = monitor.New(fsys, e.src, monitor.Config{MemPoll: -1, Resync: -1, Metrics: e.metrics})
+	e.mon = monitor.New(fsys, e.src, monitor.Config{MemPoll: -1, Resync: -1, Metrics: e.metrics, History: o.history})
 	ch, unsubscribe := e.mon.Subscribe()
 	e.changes = ch
 	ctx, stop := context.WithCancel(context.Background())
@@ -140,10 +158,14 @@ func startAPI(t *testing.T, info ...api.Info) *apiEnv {
 		t.Fatal(err)
 	}
 	in := api.Info{Version: "v0.0.0-test", Hostname: "node-a", Mode: "standalone"}
-	if len(info) > 0 {
-		in = info[0]
+	if o.info != nil {
+		in = *o.info
 	}
 	srv := api.NewServer(e.mon, e.metrics, in, nil)
+	if o.limits != nil {
+		srv.Limits = *o.limits
+	}
+	e.server = srv
 	sctx, stopServe := context.WithCancel(context.Background())
 	e.stopServe, e.served = stopServe, make(chan error, 1)
 	go func() { e.served <- srv.Serve(sctx, ln) }()
@@ -244,7 +266,7 @@ func kinds(c monitor.Change) []string {
 	return ks
 }
 
-func ids(cs []monitor.Change) []uint64 {
+func ids(cs []api.Event) []uint64 {
 	var out []uint64
 	for _, c := range cs {
 		out = append(out, c.ID)
@@ -432,7 +454,7 @@ func TestServerEvents(t *testing.T) {
 		t.Fatalf("events %v, want [1 2]", ids(evs))
 	}
 	c := evs[1]
-	if !slices.Equal(kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
+	if !slices.Equal(kinds(c.Change), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
 		c.Capacity[resources.CPU] != 6000 || c.Events != 1 || c.Seqnums.String() != strconv.FormatUint(seq, 10) {
 		t.Errorf("change %+v: want cpu6 offline, 6 cpus, seqnum %d", c, seq)
 	}
@@ -473,11 +495,11 @@ func TestServerResync(t *testing.T) {
 
 // follow runs Client.Follow from since in a goroutine; it returns the
 // changes it receives and Follow's result.
-func (e *apiEnv) follow(ctx context.Context, since uint64) (<-chan monitor.Change, <-chan error) {
-	got := make(chan monitor.Change, 64)
+func (e *apiEnv) follow(ctx context.Context, since api.Cursor) (<-chan api.Event, <-chan error) {
+	got := make(chan api.Event, 64)
 	done := make(chan error, 1)
 	go func() {
-		done <- e.client.Follow(ctx, since, func(c monitor.Change) error {
+		done <- e.client.Follow(ctx, since, func(c api.Event) error {
 			got <- c
 			return nil
 		})
@@ -485,7 +507,7 @@ func (e *apiEnv) follow(ctx context.Context, since uint64) (<-chan monitor.Chang
 	return got, done
 }
 
-func receive(t *testing.T, got <-chan monitor.Change) monitor.Change {
+func receive(t *testing.T, got <-chan api.Event) api.Event {
 	t.Helper()
 	select {
 	case c := <-got:
@@ -493,20 +515,20 @@ func receive(t *testing.T, got <-chan monitor.Change) monitor.Change {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Follow delivered nothing within 10s")
 	}
-	return monitor.Change{}
+	return api.Event{}
 }
 
 func TestServerFollow(t *testing.T) {
 	e := startAPI(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	got, done := e.follow(ctx, 0)
+	got, done := e.follow(ctx, api.Cursor{})
 	if c := receive(t, got); c.ID != 1 || c.Triggers[0] != monitor.TriggerStartup {
 		t.Fatalf("first followed change #%d %v, want the startup #1", c.ID, c.Triggers)
 	}
 	seq := e.cpuOffline(6)
-	if c := receive(t, got); c.ID != 2 || !slices.Equal(kinds(c), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
+	if c := receive(t, got); c.ID != 2 || !slices.Equal(kinds(c.Change), []string{topology.ChangeCPUOffline, topology.ChangeNodeCPUs}) ||
 		c.Seqnums.String() != strconv.FormatUint(seq, 10) {
-		t.Fatalf("second followed change #%d %v seqnums %s, want #2 cpu6 offline from %d", c.ID, kinds(c), c.Seqnums.String(), seq)
+		t.Fatalf("second followed change #%d %v seqnums %s, want #2 cpu6 offline from %d", c.ID, kinds(c.Change), c.Seqnums.String(), seq)
 	}
 	// An unchanged rebuild sends nothing; the next change follows #2.
 	if r, err := e.client.Resync(ctx); err != nil || r.Changed {
@@ -514,8 +536,8 @@ func TestServerFollow(t *testing.T) {
 	}
 	e.onlineBlock(28)
 	e.event(uevent.ActionOnline, "memory", "/devices/system/memory/memory28")
-	if c := receive(t, got); c.ID != 3 || !slices.Contains(kinds(c), topology.ChangeMemoryBlockOnline) {
-		t.Fatalf("third followed change #%d %v, want #3 with block 28 online", c.ID, kinds(c))
+	if c := receive(t, got); c.ID != 3 || !slices.Contains(kinds(c.Change), topology.ChangeMemoryBlockOnline) {
+		t.Fatalf("third followed change #%d %v, want #3 with block 28 online", c.ID, kinds(c.Change))
 	}
 	cancel()
 	if err := within(t, done, "Follow"); err != nil {
@@ -528,7 +550,7 @@ func TestServerFollow(t *testing.T) {
 	// Since #2: the history after it, then what happens next, once each.
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	got, done = e.follow(ctx, 2)
+	got, done = e.follow(ctx, api.Cursor{ID: 2})
 	if c := receive(t, got); c.ID != 3 {
 		t.Fatalf("first change since #2 is #%d, want #3", c.ID)
 	}
@@ -546,8 +568,8 @@ func TestServerFollow(t *testing.T) {
 }
 
 // drain yields what is left in a channel that no one sends on any more.
-func drain(ch <-chan monitor.Change) func(func(monitor.Change) bool) {
-	return func(yield func(monitor.Change) bool) {
+func drain(ch <-chan api.Event) func(func(api.Event) bool) {
+	return func(yield func(api.Event) bool) {
 		for {
 			select {
 			case c := <-ch:
@@ -639,7 +661,7 @@ func TestServerWrongMethod(t *testing.T) {
 // promptly; the follower is told the stream ended.
 func TestServeEndsOpenFollowStream(t *testing.T) {
 	e := startAPI(t)
-	got, done := e.follow(context.Background(), 0)
+	got, done := e.follow(context.Background(), api.Cursor{})
 	receive(t, got) // the stream is open
 	start := time.Now()
 	e.stopServe()

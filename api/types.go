@@ -16,10 +16,13 @@ const DefaultSocket = "/run/node-resized/node-resized.sock"
 
 // Status is the answer to GET /v1/status.
 type Status struct {
-	Version  string    `json:"version"`
-	Hostname string    `json:"hostname"`
-	Mode     string    `json:"mode"`
-	Now      time.Time `json:"now"`
+	Version  string `json:"version"`
+	Hostname string `json:"hostname"`
+	Mode     string `json:"mode"`
+	// Epoch names this run of the daemon: change ids count from 1 in
+	// each, so a change is (epoch, id); see GET /v1/events.
+	Epoch string    `json:"epoch"`
+	Now   time.Time `json:"now"`
 	// Physical is the node's physical capacity exactly as the kubelet
 	// computes it.
 	Physical   resources.List   `json:"physical"`
@@ -135,12 +138,44 @@ func StatusOf(snap *topology.Snapshot, c resources.List) Status {
 // Error is the body of every non-2xx answer.
 type Error struct {
 	Error string `json:"error"`
+	// Missed is set on a 410 Gone from GET /v1/events: the changes after
+	// the one the client resumes from cannot all be given.
+	Missed *Missed `json:"missed,omitempty"`
+}
+
+// Missed says why a client that resumes GET /v1/events missed changes,
+// and where it can start again.
+type Missed struct {
+	// Reason is MissedRestarted or MissedExpired.
+	Reason string `json:"reason"`
+	// Epoch is the daemon's epoch now.
+	Epoch string `json:"epoch"`
+	// Oldest and Newest are the ids of the changes recorded now.
+	Oldest uint64 `json:"oldest"`
+	Newest uint64 `json:"newest"`
+}
+
+// Reasons of a Missed.
+const (
+	// MissedRestarted: the change is of another epoch; the daemon has
+	// restarted since, and what happened meanwhile is not known.
+	MissedRestarted = "restarted"
+	// MissedExpired: the changes after it have left the history
+	// (--history).
+	MissedExpired = "expired"
+)
+
+// Event is a recorded change with the epoch of its id: GET /v1/events
+// answers a list of them, and a stream one a line.
+type Event struct {
+	Epoch string `json:"epoch"`
+	monitor.Change
 }
 
 // streamLine is one NDJSON line of GET /v1/events?follow=1: a change, or a
 // final line that says why the daemon ended the stream.
 type streamLine struct {
-	monitor.Change
+	Event
 	Error string `json:"error,omitempty"`
 }
 

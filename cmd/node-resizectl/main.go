@@ -505,11 +505,11 @@ func events(ctx context.Context, c *api.Client, g *globals, follow bool, w io.Wr
 			fmt.Fprintf(w, eventsHeader, "ID", "TIME", "TRIGGERS", "UEVENTS", "LATENCY", "CPU", "MEMORY", "CHANGES")
 		}
 		enc := json.NewEncoder(w)
-		return c.Follow(ctx, 0, func(ch monitor.Change) error {
+		return c.Follow(ctx, api.Cursor{}, func(ev api.Event) error {
 			if g.output == "json" {
-				return enc.Encode(ch) // NDJSON, one change a line
+				return enc.Encode(ev) // NDJSON, one change a line
 			}
-			eventRow(w, ch)
+			eventRow(w, ev.Change)
 			return nil
 		})
 	}
@@ -521,8 +521,8 @@ func events(ctx context.Context, c *api.Client, g *globals, follow bool, w io.Wr
 		return printJSON(w, list)
 	}
 	fmt.Fprintf(w, eventsHeader, "ID", "TIME", "TRIGGERS", "UEVENTS", "LATENCY", "CPU", "MEMORY", "CHANGES")
-	for _, ch := range list {
-		eventRow(w, ch)
+	for _, ev := range list {
+		eventRow(w, ev.Change)
 	}
 	return nil
 }

@@ -78,11 +78,13 @@ Examples:
   node-resized                                   node agent with the kubelet's kubeconfig
   node-resized --kubeconfig ~/.kube/config --node-name worker-1
   node-resized --standalone                      run against this machine
-  node-resized --standalone --socket /tmp/nr.sock --log-level debug
+  node-resized --standalone --socket /run/node-resized/node-resized.sock --log-level debug
   node-resized --standalone --sysfs-root /tmp/tree/sys --procfs-root /tmp/tree/proc --uevents=false
                                                  a synthetic machine (see topology/topologytest)
 
 Run under systemd with: systemctl enable --now node-resized
+Signals: SIGTERM and SIGINT stop it cleanly; SIGHUP (systemctl reload) resyncs
+the model from sysfs (flags are read only at start: restart to change them).
 Logs: journalctl -u node-resized (structured fields with -o verbose)
 
 Flags:
@@ -97,6 +99,7 @@ type options struct {
 	socket         string
 	socketGroup    string
 	listenAddress  string
+	apiLimits      api.Limits
 	metricsAddress string // the deprecated name of --listen-address
 	uevents        bool
 	ueventBuffer   int
@@ -157,6 +160,10 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.StringVar(&o.socketGroup, "socket-group", "", "group that owns the socket, so its members can use node-resizectl without root")
 	fs.StringVar(&o.listenAddress, "listen-address", "", "also serve /metrics, /healthz and /readyz (nothing else) on this TCP address, e.g. 127.0.0.1:9477 (empty: only on the socket)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "deprecated: the old name of --listen-address")
+	fs.DurationVar(&o.apiLimits.IdleTimeout, "api-idle-timeout", api.DefaultIdleTimeout, "close a keep-alive connection of the local API (socket and TCP) idle this long between requests")
+	fs.DurationVar(&o.apiLimits.ReadTimeout, "api-read-timeout", api.DefaultReadTimeout, "close a connection of the local API whose request's headers and body are not read within this long")
+	fs.IntVar(&o.apiLimits.MaxConnections, "api-max-connections", api.DefaultMaxConnections, "connections open at once on the socket, and on the TCP listener; one more is answered 503 and closed. Lowered at start to leave the detection loop room below the open-files limit (RLIMIT_NOFILE)")
+	fs.IntVar(&o.apiLimits.MaxStreams, "api-max-streams", api.DefaultMaxStreams, "event streams (GET /v1/events?follow=1) open at once; one more is answered 503")
 	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal watch and resyncs still run)")
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
 	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "an event after this long without one (a quarter of it, outside a burst) is rebuilt at once, and so is every loss; events that follow closer together are a burst, rebuilt as one change once none has arrived for this long")
@@ -237,6 +244,10 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--history must be positive, got %d", o.history)
 	case o.socket == "":
 		return nil, errors.New("--socket must not be empty")
+	case o.apiLimits.IdleTimeout <= 0 || o.apiLimits.ReadTimeout <= 0:
+		return nil, errors.New("--api-idle-timeout and --api-read-timeout must be positive")
+	case o.apiLimits.MaxConnections <= 0 || o.apiLimits.MaxStreams <= 0:
+		return nil, fmt.Errorf("--api-max-connections (%d) and --api-max-streams (%d) must be positive", o.apiLimits.MaxConnections, o.apiLimits.MaxStreams)
 	case o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0:
 		return nil, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
 	case o.kubeletRestart != agent.RestartAuto && o.kubeletRestart != agent.RestartNever:

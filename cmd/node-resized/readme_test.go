@@ -17,14 +17,8 @@ import (
 )
 
 // The README and docs/operating.md are what an operator reads: the flag
-// reference (docs/operating.md's Flags) must be the daemon's flag set, and
-// their links must lead somewhere.
-
-// flagReference is the file and section that hold the flag reference.
-const (
-	flagReference        = "docs/operating.md"
-	flagReferenceSection = "## Flags"
-)
+// reference (docs/operating.md) must be the daemon's flag set, and their
+// links must lead somewhere.
 
 // repoRoot is the module's root, two directories up from this package.
 const repoRoot = "../.."
@@ -85,19 +79,19 @@ func flagsFromHelp(t *testing.T, help string) map[string]helpFlag {
 // readmeFlag is one row of the flag reference.
 type readmeFlag struct {
 	def  string // the default cell, without its backquotes
+	file string
 	line int
 }
 
-// flagsFromReadme reads the rows of the tables in the flag reference's
-// section whose first cell is a flag: | `--name` | `default` | meaning |.
-func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
+// flagsFromDoc adds to flags the flag rows of the tables in the section
+// of doc (named file) that starts with the heading section.
+func flagsFromDoc(t *testing.T, file, doc, section string, flags map[string]readmeFlag) map[string]readmeFlag {
 	t.Helper()
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| `([^`]*)` \\|")
-	flags := map[string]readmeFlag{}
 	in := false
-	for i, line := range strings.Split(readme, "\n") {
+	for i, line := range strings.Split(doc, "\n") {
 		if strings.HasPrefix(line, "## ") {
-			in = line == flagReferenceSection
+			in = line == section
 			continue
 		}
 		if !in || !strings.HasPrefix(line, "| `--") {
@@ -105,16 +99,16 @@ func flagsFromReadme(t *testing.T, readme string) map[string]readmeFlag {
 		}
 		m := row.FindStringSubmatch(line)
 		if m == nil {
-			t.Errorf("%s:%d: a flag row must read | `--name` | `default` | meaning |: %s", flagReference, i+1, line)
+			t.Errorf("%s:%d: a flag row must read | `--name` | `default` | meaning |: %s", file, i+1, line)
 			continue
 		}
 		if prev, dup := flags[m[1]]; dup {
-			t.Errorf("%s:%d: --%s is documented twice (also line %d)", flagReference, i+1, m[1], prev.line)
+			t.Errorf("%s:%d: --%s is documented twice (also %s:%d)", file, i+1, m[1], prev.file, prev.line)
 		}
-		flags[m[1]] = readmeFlag{def: m[2], line: i + 1}
+		flags[m[1]] = readmeFlag{def: m[2], file: file, line: i + 1}
 	}
 	if len(flags) == 0 {
-		t.Fatalf("%s has no flag reference under %s", flagReference, flagReferenceSection)
+		t.Fatalf("%s has no flag reference under %s", file, section)
 	}
 	return flags
 }
@@ -169,15 +163,18 @@ func TestReadmeFlagReference(t *testing.T) {
 	if len(have) < 30 {
 		t.Fatalf("read only %d flags from --help; the help format changed?\n%s", len(have), help.String())
 	}
-	b, err := os.ReadFile(filepath.Join(repoRoot, flagReference))
+	// The flag reference is docs/operating.md's Flags, and the local API's
+	// limits in its own section there.
+	ops, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operating.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := flagsFromReadme(t, string(b))
+	doc := flagsFromDoc(t, "docs/operating.md", string(ops), "## Flags", map[string]readmeFlag{})
+	doc = flagsFromDoc(t, "docs/operating.md", string(ops), "## The local API", doc)
 	for _, name := range slices.Sorted(maps.Keys(have)) {
 		d, ok := doc[name]
 		if !ok {
-			t.Errorf("--%s is a flag of node-resized but not in %s's flag reference", name, flagReference)
+			t.Errorf("--%s is a flag of node-resized but not in docs/operating.md's flag reference", name)
 			continue
 		}
 		if f := have[name]; !sameDefault(f, d.def) {
@@ -185,12 +182,12 @@ func TestReadmeFlagReference(t *testing.T) {
 			if shown == "" {
 				shown = "the zero value"
 			}
-			t.Errorf("%s:%d: --%s default `%s`, but the daemon's is %s (%s)", flagReference, d.line, name, d.def, shown, f.kind)
+			t.Errorf("%s:%d: --%s default `%s`, but the daemon's is %s (%s)", d.file, d.line, name, d.def, shown, f.kind)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(doc)) {
 		if _, ok := have[name]; !ok {
-			t.Errorf("%s:%d: --%s is documented but node-resized has no such flag", flagReference, doc[name].line, name)
+			t.Errorf("%s:%d: --%s is documented but node-resized has no such flag", doc[name].file, doc[name].line, name)
 		}
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"golang.org/x/sync/errgroup"
 
@@ -18,6 +21,10 @@ import (
 // them in order. Each part that needs a loop owns it; the first to fail
 // stops the others.
 func run(ctx context.Context, o *options, log *slog.Logger) error {
+	// A SIGHUP from now on is a reload (onHangup), never the end.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	p, err := assemble(ctx, o, log)
 	if err != nil {
 		return err
@@ -63,10 +70,16 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	if p.recovery != nil {
 		start("kubelet recovery", p.recovery.Run) // at start and on a timer
 	}
+	listeners := 1
+	if p.tcp != nil {
+		listeners++
+	}
+	p.api.Limits = apiLimits(o, listeners, log) // the model built: its files are open
 	start("local API", func(ctx context.Context) error { return p.api.Serve(ctx, p.socket) })
 	if p.tcp != nil {
 		start("TCP listener", func(ctx context.Context) error { return p.api.ServeTCP(ctx, p.tcp) })
 	}
+	start("SIGHUP handler", func(ctx context.Context) error { return p.onHangup(ctx, hup, log) })
 	start("systemd watchdog", func(ctx context.Context) error { return systemd.Watchdog(ctx, p.alive(ctx)) })
 	p.announce(o, log)
 

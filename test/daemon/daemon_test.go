@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/internal/cpu1test"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/test/internal/daemontest"
@@ -65,7 +66,7 @@ func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	followErr := make(chan error, 1)
-	go func() { followErr <- d.Client.Follow(ctx, 0, func(monitor.Change) error { return nil }) }()
+	go func() { followErr <- d.Client.Follow(ctx, api.Cursor{}, func(api.Event) error { return nil }) }()
 	time.Sleep(100 * time.Millisecond)
 	if err := d.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM: %v, want status 0\n%s", err, d.Stderr.String())
@@ -188,8 +189,8 @@ func TestRealCPUHotplug(t *testing.T) {
 	defer cancel()
 	changes := make(chan monitor.Change, 1024)
 	go func() {
-		_ = d.Client.Follow(ctx, st.LastChange.ID, func(c monitor.Change) error {
-			changes <- c
+		_ = d.Client.Follow(ctx, api.Cursor{Epoch: st.Epoch, ID: st.LastChange.ID}, func(ev api.Event) error {
+			changes <- ev.Change
 			return nil
 		})
 	}()

@@ -86,12 +86,29 @@ type Daemon struct {
 // is printed if the test failed.
 func Start(t testing.TB, bin string, args ...string) *Daemon {
 	t.Helper()
+	return start(t, nil, bin, args)
+}
+
+// StartNoFile is Start with the daemon's open-files limit (RLIMIT_NOFILE,
+// soft and hard) set to nofile, by prlimit(1) from util-linux.
+func StartNoFile(t testing.TB, nofile uint64, bin string, args ...string) *Daemon {
+	t.Helper()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) sets the daemon's open-files limit: %v", err)
+	}
+	return start(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--"}, bin, args)
+}
+
+func start(t testing.TB, prefix []string, bin string, args []string) *Daemon {
+	t.Helper()
 	socket := filepath.Join(t.TempDir(), "run", "node-resized.sock")
 	// Defaults first, so that args override them (the last flag wins).
 	args = append([]string{"--socket", socket, "--log-format", "json", "--log-level", "debug",
 		"--state-file", filepath.Join(t.TempDir(), "state.json")}, args...)
 	d := &Daemon{Socket: socket, Stderr: new(Log), done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, args...)
+	argv := append(append(prefix, bin), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...) // prlimit execs the daemon: the same process
 	d.cmd.Stderr = d.Stderr
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
@@ -140,6 +157,40 @@ func (d *Daemon) Stop(t testing.TB) error {
 		t.Fatal("daemon did not exit within 15s of SIGTERM")
 		return nil
 	}
+}
+
+// Signal sends sig to the process.
+func (d *Daemon) Signal(sig os.Signal) error { return d.cmd.Process.Signal(sig) }
+
+// Pid is the process id.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// OpenFiles counts the descriptors the process has open.
+func (d *Daemon) OpenFiles() (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))
+	if err != nil {
+		return 0, fmt.Errorf("count the daemon's descriptors: %w", err)
+	}
+	return len(fds), nil
+}
+
+// RSS returns the process's resident set size in bytes (VmRSS).
+func (d *Daemon) RSS() (uint64, error) {
+	path := fmt.Sprintf("/proc/%d/status", d.Pid())
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				return 0, fmt.Errorf("%s: VmRSS %q: %w", path, v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("%s has no VmRSS", path)
 }
 
 // Kill ends the process if it still runs.
