@@ -39,24 +39,30 @@ func changelog(path, version, packager string, date time.Time) (chglog.ChangeLog
 	if err != nil {
 		return nil, err
 	}
-	if len(entries) == 0 {
-		return nil, fmt.Errorf("%s has no entry", path)
-	}
 	for i, e := range entries {
 		if e.Semver == "" || e.Packager == "" || e.Date.IsZero() || len(e.Changes) == 0 {
 			return nil, fmt.Errorf("%s: entry %d needs semver, date, packager and changes", path, i+1)
 		}
 	}
-	if entries[0].Semver == version {
+	if len(entries) > 0 && entries[0].Semver == version {
 		return entries, nil
 	}
+	if !strings.ContainsAny(version, "~+") {
+		// A release: its changes are what the changelog is for.
+		return nil, fmt.Errorf("%s has no entry for the release %s: add one", path, version)
+	}
+	note := "Snapshot of the source tree, before the first release."
+	if len(entries) > 0 {
+		note = "Snapshot of the source tree after " + entries[0].Semver + "."
+	}
+	note += " Its changes are in the repository's history."
 	snapshot := &chglog.ChangeLog{
 		ChangeLogOverridables: chglog.ChangeLogOverridables{Deb: &chglog.ChangelogDeb{Urgency: "medium", Distributions: []string{"unstable"}}},
 		Semver:                version,
 		Date:                  date,
 		Packager:              packager,
 		Changes: chglog.ChangeLogChanges{{
-			Note: "Snapshot built from the source tree after " + entries[0].Semver + "; its changes are in the repository's history.",
+			Note: note,
 		}},
 	}
 	return append(chglog.ChangeLogEntries{snapshot}, entries...), nil
