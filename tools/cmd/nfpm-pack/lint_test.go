@@ -17,7 +17,7 @@ import (
 func TestLintian(t *testing.T) {
 	need(t, "lintian")
 	p := packages(t)
-	cmd := exec.Command("lintian", "--fail-on", "error,warning", "--no-tag-display-limit", p.deb)
+	cmd := exec.Command("lintian", "--fail-on", "error,warning", "--tag-display-limit", "0", p.deb)
 	out, err := cmd.CombinedOutput()
 	t.Logf("lintian %s:\n%s", filepath.Base(p.deb), out)
 	for _, line := range strings.Split(string(out), "\n") {
