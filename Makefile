@@ -11,7 +11,8 @@
 #   make e2e-vm     end-to-end tests in a QEMU guest with hot-plugged CPUs and DIMMs
 #                   (installs qemu-system-x86, busybox-static, cpio; unpacks a Debian kernel into a cache)
 #   make e2e-node   a QEMU guest that is a real node: systemd as PID 1, the real kubelet
-#   make package    the deb and rpm packages in dist/ (package-test checks them)
+#   make package    the deb and rpm packages in dist/ (package-test checks them,
+#                   with lintian and rpmlint; make man: the manual pages)
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
@@ -33,7 +34,7 @@ FUZZTIME ?= 60s
 # this machine at most.
 NODE_PARALLEL ?= 1
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh fmt install package package-test clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh fmt install package package-test man clean
 
 all: build
 
@@ -139,12 +140,22 @@ install: build
 # VERSION made acceptable to dpkg and rpm: v1.2.3 -> 1.2.3,
 # v1.2.3-4-gabc1234 -> 1.2.3+git4.abc1234, abc1234-dirty (no tag) ->
 # 0.0.0~gitabc1234.dirty (packaging/README.md).
+# The packages' dates (files, changelog, manual pages) are the last
+# commit's, so that one commit packages the same.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 package: build
-	$(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -bin $(BIN) -out dist -version $(VERSION)
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -bin $(BIN) -out dist -version $(VERSION)
+
+# The manual pages, made from the binaries' --help as the packages' are,
+# into $(BIN)/man (read them with man -l).
+man: build
+	$(GO) -C tools run ./cmd/nfpm-pack -bin $(abspath $(BIN)) -man $(abspath $(BIN))/man -version $(VERSION)
 
 # The packages' contents, control data and scripts, an install, upgrade and
 # purge with dpkg --root and rpm --root in temporary roots (as root), and
-# make install into a DESTDIR. Needs dpkg-deb and rpm.
+# make install into a DESTDIR; the manual pages; lintian and rpmlint (no
+# error, no warning: overrides and filters say why). Needs dpkg-dev, rpm,
+# lintian, rpmlint and man-db.
 package-test: build
 	cd tools && $(GO) vet ./...
 	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v ./...

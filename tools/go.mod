@@ -3,6 +3,7 @@ module github.com/node-resized/node-resized/tools
 go 1.26.8
 
 require (
+	github.com/goreleaser/chglog v0.7.4
 	github.com/goreleaser/nfpm/v2 v2.45.2
 	github.com/sassoftware/go-rpmutils v0.4.0
 )
@@ -29,7 +30,6 @@ require (
 	github.com/golang/groupcache v0.0.0-20241129210726-2c02b8208cf8 // indirect
 	github.com/google/rpmpack v0.7.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/goreleaser/chglog v0.7.4 // indirect
 	github.com/goreleaser/fileglob v1.4.0 // indirect
 	github.com/huandu/xstrings v1.5.0 // indirect
 	github.com/jbenet/go-context v0.0.0-20150711004518-d14ea06fba99 // indirect

@@ -101,7 +101,9 @@ func (r *resizeFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.wait, "wait", false, "follow the Node's CapacityConfigured condition until node-resized answers for this request")
 	fs.DurationVar(&r.timeout, "timeout", 5*time.Minute, "give up after this long (0: no limit); with --wait, exit 2")
 	fs.StringVar(&r.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the identity that writes the Node: by default the kubelet's own, as node-resized's")
-	fs.StringVar(&r.nodeName, "node-name", defaultNodeName(), "the Node to resize: by default $NODE_NAME, else the hostname")
+	// The default is resolved in request, so that --help (and the
+	// manual page made from it) shows no machine's hostname.
+	fs.StringVar(&r.nodeName, "node-name", "", "the Node to resize (default $NODE_NAME, else the hostname)")
 }
 
 // defaultNodeName is $NODE_NAME, else the hostname in lower case.
@@ -116,6 +118,9 @@ func defaultNodeName() string {
 // request checks resize's flags and returns the configured capacity to
 // write (Present false for --clear). Its errors are usage errors.
 func (r *resizeFlags) request() (types.Configured, error) {
+	if r.nodeName == "" {
+		r.nodeName = defaultNodeName()
+	}
 	raw := map[string]string{}
 	add := func(name, value, from string) error {
 		canon, ok := resources.Canonical(name)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/node-resized/node-resized/agent"
@@ -63,6 +65,35 @@ func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Lo
 	return r
 }
 
+const recoverUsage = `node-resized kubelet-recover starts a kubelet that node-resized stopped (to
+rewrite its checkpoints before a restart) and did not start again, because
+the daemon died in between: SIGKILL, the OOM killer, the watchdog.
+
+It runs as node-resized.service's ExecStopPost, after every stop of the
+daemon. Only when the daemon's stop record exists (kubelet-stopped.json in the
+state directory), is of this boot and the kubelet's unit is stopped does it
+make the kubelet's checkpoints fit the machine as sysfs shows it and start the
+unit, with a start that replaces no job (never a shutdown's). A record of
+another boot is removed. It waits a few seconds at most for a unit that is
+still stopping, and does nothing during a shutdown.
+
+Usage:
+  node-resized kubelet-recover [daemon flags]
+
+It takes the daemon's flags (the unit passes $NODE_RESIZED_ARGS from
+/etc/default/node-resized), reads these and ignores the others:
+  --state-file                            its directory holds the stop record
+  --kubelet-unit                          the unit to start
+  --kubelet-config, --kubelet-root-dir    the checkpoints
+  --sysfs-root, --procfs-root             the machine and the boot id
+  --log-level, --log-format               as the daemon's
+
+Exit status:
+  0   nothing to do, or the kubelet was started
+  1   the kubelet had to be started and could not be
+  2   bad flags
+`
+
 // kubeletRecover is `node-resized kubelet-recover [daemon flags]`,
 // node-resized.service's ExecStopPost: the safety net for a daemon that
 // died (SIGKILL, OOM, watchdog) after it stopped the kubelet and before
@@ -76,7 +107,11 @@ func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Lo
 // ignores the others. It exits 0 unless the unit it had to start could
 // not be started.
 func kubeletRecover(args []string) int {
-	o, err := parseFlags(args, os.Stdout)
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+		fmt.Fprint(os.Stdout, recoverUsage)
+		return 0
+	}
+	o, err := parseFlags(args, io.Discard)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

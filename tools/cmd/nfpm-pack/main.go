@@ -4,11 +4,19 @@
 //
 // Usage:
 //
-//	nfpm-pack -version VERSION [-root DIR] [-config FILE] [-bin DIR] [-out DIR] [-formats deb,rpm]
+//	nfpm-pack -version VERSION [-root DIR] [-config FILE] [-changelog FILE] [-bin DIR] [-out DIR] [-formats deb,rpm]
+//	nfpm-pack -version VERSION -man DIR [-bin DIR]
 //
 // VERSION is the version stamped into the binaries (git describe); the
 // packages get the form of it that dpkg and rpm accept (see packageVersion).
 // It prints the path of each package written.
+//
+// Before packaging it makes, in a temporary directory that the
+// configuration names ${GEN}, what is made from other files: the manual
+// pages node-resized.8.gz and node-resizectl.1.gz from the binaries' --help
+// (manpage.go), and the deb's changelog.gz and the rpm's changelog from
+// -changelog (changelog.go). With -man it only writes the two manual
+// pages, uncompressed, into DIR.
 package main
 
 import (
@@ -33,6 +41,10 @@ type options struct {
 	out     string   // where the packages go
 	version string   // as stamped into the binaries, e.g. v1.2.3-4-gabc1234
 	formats []string // nfpm packager names
+	// changelog is packaging/changelog.yml; man, when set, is where -man
+	// writes the manual pages (and nothing is packaged).
+	changelog string
+	man       string
 }
 
 func main() {
@@ -55,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.out, "out", "dist", "where to write the packages")
 	fs.StringVar(&o.version, "version", "", "the version stamped into the binaries (git describe --tags --always --dirty, or dev)")
 	fs.StringVar(&formats, "formats", "deb,rpm", "comma-separated packagers")
+	fs.StringVar(&o.changelog, "changelog", "packaging/changelog.yml", "the changelog, in nfpm's format, newest first")
+	fs.StringVar(&o.man, "man", "", "only write the manual pages into this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +84,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := os.Chdir(o.root); err != nil {
 		return fmt.Errorf("change to the repository root: %w", err)
 	}
+	if o.man != "" {
+		return writeManPages(o)
+	}
 	paths, err := pack(o)
 	for _, p := range paths {
 		fmt.Fprintln(stdout, p)
@@ -84,17 +101,27 @@ func pack(o options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return nil, fmt.Errorf("create the output directory: %w", err)
+	}
+	gen, err := os.MkdirTemp(o.out, ".nfpm-pack-gen-")
+	if err != nil {
+		return nil, fmt.Errorf("create a directory for the generated files: %w", err)
+	}
+	defer os.RemoveAll(gen)
 	env := func(name string) string {
 		switch name {
 		case "VERSION":
 			return version
 		case "BIN":
 			return o.bin
+		case "GEN":
+			return gen
 		}
 		return os.Getenv(name)
 	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return nil, fmt.Errorf("create the output directory: %w", err)
+	if err := generate(o, version, gen, env); err != nil {
+		return nil, err
 	}
 	// One goroutine per format: compression takes most of the time.
 	paths := make([]string, len(o.formats))
@@ -104,7 +131,7 @@ func pack(o options) ([]string, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			paths[i], errs[i] = packOne(o.config, format, o.out, env)
+			paths[i], errs[i] = packOne(o.config, format, o.out, gen, env)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("%s package: %w", format, errs[i])
 			}
@@ -120,7 +147,74 @@ func pack(o options) ([]string, error) {
 	return written, errors.Join(errs...)
 }
 
-func packOne(config, format, out string, env func(string) string) (string, error) {
+// generate writes into gen what the configuration takes from ${GEN}.
+func generate(o options, version, gen string, env func(string) string) error {
+	date, err := buildDate()
+	if err != nil {
+		return err
+	}
+	for _, p := range manPages(o.bin) {
+		page, err := p.render(version, date)
+		if err != nil {
+			return fmt.Errorf("manual page %s(%s): %w", p.name, p.section, err)
+		}
+		z, err := gzipBest([]byte(page))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(gen, p.name+"."+p.section+".gz"), z, 0o644); err != nil {
+			return fmt.Errorf("write the manual page %s: %w", p.name, err)
+		}
+	}
+	cfg, err := nfpm.ParseFileWithEnvMapping(o.config, env)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", o.config, err)
+	}
+	entries, err := changelog(o.changelog, version, cfg.Maintainer, date)
+	if err != nil {
+		return err
+	}
+	deb, err := debChangelog(cfg.Name, entries)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(gen, "changelog.gz"), deb, 0o644); err != nil {
+		return fmt.Errorf("write the deb's changelog: %w", err)
+	}
+	release := cfg.Release
+	if release == "" {
+		release = "1" // nfpm's rpm default
+	}
+	return rpmChangelog(filepath.Join(gen, "changelog.rpm.yml"), entries, release)
+}
+
+// writeManPages is -man: the pages, uncompressed, for reading with man -l.
+func writeManPages(o options) error {
+	version, err := packageVersion(o.version)
+	if err != nil {
+		return err
+	}
+	date, err := buildDate()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.man, 0o755); err != nil {
+		return err
+	}
+	for _, p := range manPages(o.bin) {
+		page, err := p.render(version, date)
+		if err != nil {
+			return fmt.Errorf("manual page %s(%s): %w", p.name, p.section, err)
+		}
+		path := filepath.Join(o.man, p.name+"."+p.section)
+		if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func packOne(config, format, out, gen string, env func(string) string) (string, error) {
 	// Parsed again for each format: the packagers change the contents they
 	// are given.
 	cfg, err := nfpm.ParseFileWithEnvMapping(config, env)
@@ -135,6 +229,12 @@ func packOne(config, format, out string, env func(string) string) (string, error
 		return "", fmt.Errorf("%s settings of %s: %w", format, config, err)
 	}
 	info = nfpm.WithDefaults(info)
+	if format == "rpm" {
+		// The rpm's %changelog; the deb's changelog.gz is a file of the
+		// configuration (nfpm would name it changelog.Debian.gz, which is
+		// a non-native package's name).
+		info.Changelog = filepath.Join(gen, "changelog.rpm.yml")
+	}
 	packager, err := nfpm.Get(format)
 	if err != nil {
 		return "", err

@@ -142,19 +142,40 @@ func build() error {
 	return nil
 }
 
-// shipped is what both packages hold: path, mode and whether it is a
+// shippedFile is a file the packages hold: path, mode and whether it is a
 // configuration file kept across upgrades.
-var shipped = []struct {
+// only is "deb" or "rpm" for a file of one package.
+type shippedFile struct {
 	path   string
 	mode   fs.FileMode
 	config bool
-}{
-	{"/etc/default/node-resized", 0o644, true},
-	{"/usr/bin/node-resized", 0o755, false},
-	{"/usr/bin/node-resizectl", 0o755, false},
-	{"/usr/lib/systemd/system/node-resized.service", 0o644, false},
-	{"/usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf", 0o644, false},
-	{"/usr/share/bash-completion/completions/node-resizectl", 0o644, false},
+	only   string
+}
+
+var shippedAll = []shippedFile{
+	{"/etc/default/node-resized", 0o644, true, ""},
+	{"/usr/bin/node-resized", 0o755, false, ""},
+	{"/usr/bin/node-resizectl", 0o755, false, ""},
+	{"/usr/lib/systemd/system/node-resized.service", 0o644, false, ""},
+	{"/usr/lib/systemd/system/kubelet.service.d/90-node-resized.conf", 0o644, false, ""},
+	{"/usr/share/bash-completion/completions/node-resizectl", 0o644, false, ""},
+	{"/usr/share/man/man8/node-resized.8.gz", 0o644, false, ""},
+	{"/usr/share/man/man1/node-resizectl.1.gz", 0o644, false, ""},
+	{"/usr/share/doc/node-resized/copyright", 0o644, false, "deb"},
+	{"/usr/share/doc/node-resized/changelog.gz", 0o644, false, "deb"},
+	{"/usr/share/lintian/overrides/node-resized", 0o644, false, "deb"},
+	{"/usr/share/licenses/node-resized/LICENSE", 0o644, false, "rpm"},
+}
+
+// shipped lists the files of one package.
+func shipped(format string) []shippedFile {
+	var out []shippedFile
+	for _, f := range shippedAll {
+		if f.only == "" || f.only == format {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // The directories the deb holds (dpkg removes them when they empty).
@@ -162,6 +183,8 @@ var debDirs = []string{
 	"/etc/", "/etc/default/",
 	"/usr/", "/usr/bin/", "/usr/lib/", "/usr/lib/systemd/", "/usr/lib/systemd/system/", "/usr/lib/systemd/system/kubelet.service.d/",
 	"/usr/share/", "/usr/share/bash-completion/", "/usr/share/bash-completion/completions/",
+	"/usr/share/man/", "/usr/share/man/man1/", "/usr/share/man/man8/",
+	"/usr/share/doc/", "/usr/share/doc/node-resized/", "/usr/share/lintian/", "/usr/share/lintian/overrides/",
 }
 
 func TestDebContents(t *testing.T) {
@@ -172,7 +195,7 @@ func TestDebContents(t *testing.T) {
 	for _, d := range debDirs {
 		want["."+d] = "drwxr-xr-x root/root"
 	}
-	for _, f := range shipped {
+	for _, f := range shipped("deb") {
 		want["."+f.path] = f.mode.String() + " root/root"
 	}
 	got := map[string]string{}
@@ -247,6 +270,13 @@ func TestDebContents(t *testing.T) {
 	data := t.TempDir()
 	output(t, "", "dpkg-deb", "-x", p.deb, data)
 	checkTree(t, p.root, data)
+	assertSame(t, filepath.Join(data, "usr/share/doc/node-resized/copyright"), filepath.Join(p.root, "packaging/debian/copyright"))
+	assertSame(t, filepath.Join(data, "usr/share/lintian/overrides/node-resized"), filepath.Join(p.root, "packaging/debian/lintian-overrides"))
+	// A native package's changelog, newest entry the package's version.
+	cl := output(t, "", "dpkg-parsechangelog", "-l", filepath.Join(data, "usr/share/doc/node-resized/changelog.gz"), "-S", "Version")
+	if got := strings.TrimSpace(cl); got != "1.2.3+git4.abc1234" {
+		t.Errorf("the changelog's newest version is %q, want the package's", got)
+	}
 }
 
 // checkTree checks the files of an unpacked package against the sources.
@@ -353,10 +383,16 @@ func TestRPMContents(t *testing.T) {
 		got[f[0]] = f[1]
 	}
 	want := map[string]string{}
-	for _, f := range shipped {
+	for _, f := range shipped("rpm") {
 		flags := ""
 		if f.config {
 			flags = "cn" // %config(noreplace)
+		}
+		if strings.HasPrefix(f.path, "/usr/share/licenses/") {
+			flags = "l" // %license
+		}
+		if strings.HasPrefix(f.path, "/usr/share/man/") {
+			flags = "d" // %doc
 		}
 		want[f.path] = f.mode.String() + "\troot:root\t" + flags
 	}
@@ -370,19 +406,30 @@ func TestRPMContents(t *testing.T) {
 			t.Errorf("unexpected file in the rpm: %s", path)
 		}
 	}
-	if l := strings.Fields(output(t, "", "rpm", "-qlp", p.rpm)); len(l) != len(shipped) {
-		t.Errorf("rpm -qlp lists %d files, want %d: %v", len(l), len(shipped), l)
+	if l := strings.Fields(output(t, "", "rpm", "-qlp", p.rpm)); len(l) != len(shipped("rpm")) {
+		t.Errorf("rpm -qlp lists %d files, want %d: %v", len(l), len(shipped("rpm")), l)
+	}
+	if got := output(t, "", "rpm", "-qp", "--qf", "%{LICENSE}", p.rpm); got != "Apache-2.0" {
+		t.Errorf("rpm License: %q, want Apache-2.0", got)
+	}
+	// The %changelog's newest entry is this version-release.
+	if got := output(t, "", "rpm", "-qp", "--qf", "%{CHANGELOGNAME}", p.rpm); !strings.HasSuffix(got, " - 1.2.3+git4.abc1234-1") {
+		t.Errorf("rpm %%changelog's newest entry: %q, want one for 1.2.3+git4.abc1234-1", got)
 	}
 
 	if got, want := output(t, "", "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}", p.rpm), "node-resized 1.2.3+git4.abc1234 1 x86_64"; got != want {
 		t.Errorf("rpm header: %q, want %q", got, want)
 	}
-	// Nothing but what rpm may add itself: the scriptlets' /bin/sh and
-	// rpmlib features.
+	// The scriptlets' shell and systemd, and what rpm may add itself
+	// (rpmlib features).
+	var reqs []string
 	for _, req := range strings.Split(output(t, "", "rpm", "-qpR", p.rpm), "\n") {
-		if req != "" && req != "/bin/sh" && !strings.HasPrefix(req, "rpmlib(") {
-			t.Errorf("unexpected requirement %q", req)
+		if req != "" && !strings.HasPrefix(req, "rpmlib(") {
+			reqs = append(reqs, req)
 		}
+	}
+	if want := []string{"/bin/sh", "systemd"}; !slices.Equal(reqs, want) {
+		t.Errorf("rpm requires %q, want %q", reqs, want)
 	}
 	// Each scriptlet is the script written for rpm.
 	for tag, src := range map[string]string{"POSTIN": "rpm/post", "PREUN": "rpm/preun", "POSTUN": "rpm/postun", "PREIN": ""} {
@@ -439,9 +486,9 @@ func TestDebInstallPurge(t *testing.T) {
 	}
 
 	dpkg("--install", p.deb)
-	checkInstalled(t, root)
+	checkInstalled(t, root, "deb")
 	listed := strings.Fields(dpkg("--listfiles", "node-resized"))
-	for _, f := range shipped {
+	for _, f := range shipped("deb") {
 		if !slices.Contains(listed, f.path) {
 			t.Errorf("dpkg -L does not list %s: %v", f.path, listed)
 		}
@@ -456,7 +503,7 @@ func TestDebInstallPurge(t *testing.T) {
 	// An upgrade (the same version again takes the same path: prerm and
 	// postrm upgrade) keeps the state and the edited configuration.
 	dpkg("--install", p.deb)
-	checkInstalled(t, root)
+	checkInstalled(t, root, "deb")
 	for _, f := range made {
 		mustExist(t, filepath.Join(root, f))
 	}
@@ -466,7 +513,7 @@ func TestDebInstallPurge(t *testing.T) {
 
 	// Remove: the programs go, the configuration and the state stay.
 	dpkg("--remove", "node-resized")
-	for _, f := range shipped {
+	for _, f := range shipped("deb") {
 		if _, err := os.Lstat(filepath.Join(root, f.path)); f.config != (err == nil) {
 			t.Errorf("after dpkg --remove: %s: %v", f.path, err)
 		}
@@ -482,7 +529,10 @@ func TestDebInstallPurge(t *testing.T) {
 		t.Errorf("after dpkg --purge, the dpkg database still knows the package (%v):\n%s", err, st)
 	}
 	left := leftovers(t, root, func(rel string, d fs.DirEntry) bool {
+		// deb-systemd-helper's state directories (emptied by the purge)
+		// are there on any Debian system.
 		return rel == "var/lib/dpkg" || strings.HasPrefix(rel, "var/lib/dpkg/") ||
+			(d.IsDir() && (rel == "var/lib/systemd" || strings.HasPrefix(rel, "var/lib/systemd/"))) ||
 			(d.IsDir() && slices.Contains([]string{"var", "var/lib", "run", "etc", "etc/systemd", "etc/systemd/system", "etc/systemd/system/multi-user.target.wants"}, rel))
 	})
 	if len(left) > 0 {
@@ -507,15 +557,16 @@ func TestRPMInstallErase(t *testing.T) {
 		return output(t, "", "rpm", append([]string{"--root", root, "--dbpath", "/var/lib/rpm"}, args...)...)
 	}
 	rpm("--initdb")
-	rpm("--install", p.rpm)
-	checkInstalled(t, root)
-	if got := strings.Fields(rpm("-ql", "node-resized")); len(got) != len(shipped) {
+	// --nodeps: the empty root's database has no /bin/sh and no systemd.
+	rpm("--install", "--nodeps", p.rpm)
+	checkInstalled(t, root, "rpm")
+	if got := strings.Fields(rpm("-ql", "node-resized")); len(got) != len(shipped("rpm")) {
 		t.Errorf("rpm -ql: %v", got)
 	}
 
 	made := pretendUsed(t, root)
-	rpm("--reinstall", p.rpm)
-	checkInstalled(t, root)
+	rpm("--reinstall", "--nodeps", p.rpm)
+	checkInstalled(t, root, "rpm")
 	for _, f := range made {
 		mustExist(t, filepath.Join(root, f))
 	}
@@ -523,19 +574,23 @@ func TestRPMInstallErase(t *testing.T) {
 		t.Error("a reinstall lost the edited /etc/default/node-resized")
 	}
 
-	// Erase is final in rpm: the state goes too. rpm keeps the edited
-	// configuration as .rpmsave, and the directories it does not own.
+	// Erase: rpm removes what it packaged and keeps the edited
+	// configuration as .rpmsave. Nothing else is deleted by a scriptlet:
+	// with systemctl, %preun disables the service (its links) and
+	// node-resized --uninstall removes the state file
+	// (TestScriptsWithSystemd); this root has no systemctl, so what the
+	// daemon and the administrator made is left as it was.
 	rpm("--erase", "node-resized")
 	left := leftovers(t, root, func(rel string, d fs.DirEntry) bool {
 		return d.IsDir() || scaffold[rel] || strings.HasPrefix(rel, "var/lib/rpm/") ||
-			rel == "etc/default/node-resized.rpmsave"
+			rel == "etc/default/node-resized.rpmsave" || slices.Contains(made, rel)
 	})
 	if len(left) > 0 {
 		t.Errorf("rpm --erase left %v", left)
 	}
-	for _, d := range []string{"var/lib/node-resized", "run/node-resized"} {
-		if _, err := os.Lstat(filepath.Join(root, d)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("rpm --erase left %s (%v)", d, err)
+	for _, f := range shipped("rpm") {
+		if _, err := os.Lstat(filepath.Join(root, f.path)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("rpm --erase left %s (%v)", f.path, err)
 		}
 	}
 }
@@ -576,9 +631,9 @@ func chrootShell(t *testing.T, root string) map[string]bool {
 }
 
 // checkInstalled checks the packaged files in root and their modes.
-func checkInstalled(t *testing.T, root string) {
+func checkInstalled(t *testing.T, root, format string) {
 	t.Helper()
-	for _, f := range shipped {
+	for _, f := range shipped(format) {
 		st, err := os.Lstat(filepath.Join(root, f.path))
 		if err != nil {
 			t.Errorf("not installed: %v", err)

@@ -27,6 +27,20 @@ func TestScriptsWithSystemd(t *testing.T) {
 	if err := os.Chmod(filepath.Join(bin, "systemctl"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// deb-systemd-invoke and deb-systemd-helper as init-system-helpers
+	// has them, but the helper's state and links on this machine are not
+	// the test's: it records its calls (it makes links itself, without
+	// systemctl; the install tests run the real one in a temporary root).
+	// It says the unit was not installed or enabled by it before.
+	for name, body := range map[string]string{
+		"deb-systemd-invoke": "#!/bin/sh\nexec systemctl \"$@\"\n",
+		"deb-systemd-helper": "#!/bin/sh\necho \"deb-systemd-helper $*\" >>\"$SYSTEMCTL_CALLS\"\ncase \"$*\" in *debian-installed* | *was-enabled*) exit 1 ;; esac\n",
+	} {
+		write(t, filepath.Join(bin, name), body)
+		if err := os.Chmod(filepath.Join(bin, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// node-resized records its arguments in the same list, so that the
 	// order of the stop and the uninstall shows.
 	write(t, filepath.Join(bin, "node-resized"), "#!/bin/sh\necho \"node-resized $*\" >>\"$SYSTEMCTL_CALLS\"\nexit \"${UNINSTALL_EXIT:-0}\"\n")
@@ -51,21 +65,26 @@ func TestScriptsWithSystemd(t *testing.T) {
 		mount + " -t tmpfs tmpfs /etc/default && " +
 		`echo 'NODE_RESIZED_ARGS="--node-name w* --kubeconfig /etc/nr.conf"' >/etc/default/node-resized && exec /bin/sh "$@"`
 
-	const reload, restart, stop = "daemon-reload", "try-restart node-resized.service", "stop node-resized.service"
+	const reload, restart, stop = "--system daemon-reload", "try-restart node-resized.service", "stop node-resized.service"
+	const rpmReload, preset, disable = "daemon-reload", "--no-reload preset node-resized.service", "--no-reload disable --now node-resized.service"
 	const uninstall = "node-resized --log-level warn --node-name w* --kubeconfig /etc/nr.conf --uninstall"
+	// deb-systemd-helper's calls, which it makes with or without systemd.
+	const dshInstalled, dshState = "deb-systemd-helper debian-installed node-resized.service", "deb-systemd-helper update-state node-resized.service"
+	const dshMask = "deb-systemd-helper mask node-resized.service"
 	for _, c := range []struct {
 		script string
 		args   []string
 		env    []string // added to the environment
 		want   []string // systemctl's arguments, one call each
 	}{
-		{"deb/postinst", []string{"configure", ""}, nil, []string{reload}},
-		{"deb/postinst", []string{"configure", "1.2.2"}, nil, []string{reload, restart}},
-		{"deb/postinst", []string{"abort-upgrade", "1.2.4"}, nil, []string{reload}},
-		{"deb/postinst", []string{"configure", "1.2.2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{reload, restart}},
-		// Installed into another root: the running systemd is not its own.
-		{"deb/postinst", []string{"configure", ""}, []string{"DPKG_ROOT=/srv/root"}, nil},
-		// No systemctl at all.
+		{"deb/postinst", []string{"configure", ""}, nil, []string{dshInstalled, dshState, reload}},
+		{"deb/postinst", []string{"configure", "1.2.2"}, nil, []string{dshInstalled, dshState, reload, restart}},
+		{"deb/postinst", []string{"abort-upgrade", "1.2.4"}, nil, []string{dshInstalled, dshState, reload}},
+		{"deb/postinst", []string{"configure", "1.2.2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{dshInstalled, dshState, reload, restart}},
+		// Installed into another root: the running systemd is not its own,
+		// deb-systemd-helper works in the root (DPKG_ROOT).
+		{"deb/postinst", []string{"configure", ""}, []string{"DPKG_ROOT=/srv/root"}, []string{dshInstalled, dshState}},
+		// No systemctl and no init-system-helpers at all.
 		{"deb/postinst", []string{"configure", ""}, []string{"PATH=/nonexistent"}, nil},
 		{"deb/prerm", []string{"remove"}, nil, []string{stop, uninstall}},
 		// An uninstall that fails does not stop the removal.
@@ -74,14 +93,18 @@ func TestScriptsWithSystemd(t *testing.T) {
 		{"deb/prerm", []string{"upgrade", "1.2.4"}, nil, nil},
 		{"deb/prerm", []string{"failed-upgrade", "1.2.4"}, nil, nil},
 		{"deb/prerm", []string{"remove"}, []string{"PATH=/nonexistent"}, nil},
-		{"deb/postrm", []string{"remove"}, nil, []string{reload}},
+		// postrm checks /usr/bin/deb-systemd-helper itself, as debhelper's
+		// does.
+		{"deb/postrm", []string{"remove"}, nil, []string{dshMask, reload}},
 		{"deb/postrm", []string{"upgrade", "1.2.4"}, nil, nil},
-		{"rpm/post", []string{"1"}, nil, []string{reload}},
-		{"rpm/post", []string{"2"}, nil, []string{reload, restart}},
-		{"rpm/post", []string{"2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{reload, restart}},
-		{"rpm/preun", []string{"0"}, nil, []string{stop, uninstall}},
-		{"rpm/preun", []string{"0"}, []string{"UNINSTALL_EXIT=1"}, []string{stop, uninstall}},
+		{"rpm/post", []string{"1"}, nil, []string{preset, rpmReload}},
+		{"rpm/post", []string{"2"}, nil, []string{rpmReload, restart}},
+		{"rpm/post", []string{"2"}, []string{"SYSTEMCTL_EXIT=1"}, []string{rpmReload, restart}},
+		{"rpm/post", []string{"1"}, []string{"PATH=/nonexistent"}, nil},
+		{"rpm/preun", []string{"0"}, nil, []string{disable, uninstall}},
+		{"rpm/preun", []string{"0"}, []string{"UNINSTALL_EXIT=1"}, []string{disable, uninstall}},
 		{"rpm/preun", []string{"1"}, nil, nil},
+		{"rpm/postun", []string{"0"}, nil, []string{rpmReload}},
 		{"rpm/postun", []string{"1"}, nil, nil},
 	} {
 		name := c.script + " " + strings.Join(c.args, " ") + " " + strings.Join(c.env, " ")
@@ -112,7 +135,7 @@ func TestScriptsWithSystemd(t *testing.T) {
 			t.Errorf("%s: systemctl %q, want %q", name, got, c.want)
 		}
 		for _, call := range got {
-			if f := strings.Fields(call); slices.Contains(f, "enable") || slices.Contains(f, "start") {
+			if f := strings.Fields(call); f[0] != "deb-systemd-helper" && (slices.Contains(f, "enable") || slices.Contains(f, "start")) {
 				t.Errorf("%s: systemctl %s: the package must not enable or start the service", name, call)
 			}
 		}
