@@ -189,6 +189,10 @@ rm -rf /newroot/etc/systemd/system/*.wants /newroot/etc/systemd/system/*.require
 # node-resized run on this machine would be the guest's history.
 rm -rf /newroot/var/lib/node-resized /newroot/var/lib/kubelet /newroot/etc/kubernetes \
 	/newroot/etc/default/node-resized /newroot/etc/systemd/system/node-resized.service
+# No man-db index rebuild on dpkg's trigger (the package installs manual
+# pages): under TCG, over the root share, it takes minutes. Cloud and
+# container images turn it off the same way.
+rm -f /newroot/var/lib/man-db/auto-update
 cp -a /node/root/. /newroot/ || fail "copy the node's files"
 while read -r target link; do
 	mkdir -p "/newroot${link%%/*}"
