@@ -36,6 +36,8 @@ type ruleFile struct {
 var (
 	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
 	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+	descConst  = regexp.MustCompile(`constLabels: \{(.*)\}, variableLabels: `)
+	constName  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
 	// a metric of the daemon's in an expression, with its matchers
 	exprMetric = regexp.MustCompile(`\b(node_resized_[a-zA-Z0-9_]+)(\{[^}]*\})?`)
 	matcher    = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
@@ -43,9 +45,9 @@ var (
 )
 
 // registered walks the daemon's registry, as the daemon builds it, and
-// returns each metric's name and variable labels. A description does not
-// say which metrics are histograms, so every name also answers to the
-// _bucket, _sum and _count of a histogram's series.
+// returns each metric's name and labels (variable and constant). A
+// description does not say which metrics are histograms, so every name
+// also answers to the _bucket, _sum and _count of a histogram's series.
 func registered(t *testing.T) map[string][]string {
 	t.Helper()
 	m := New()
@@ -67,6 +69,11 @@ func registered(t *testing.T) map[string][]string {
 		for _, x := range strings.Split(l[1], ",") {
 			if x != "" {
 				labels = append(labels, strings.TrimSuffix(strings.TrimPrefix(x, "c("), ")"))
+			}
+		}
+		if c := descConst.FindStringSubmatch(s); c != nil {
+			for _, x := range constName.FindAllStringSubmatch(c[1], -1) {
+				labels = append(labels, x[1])
 			}
 		}
 		out[n[1]] = labels
