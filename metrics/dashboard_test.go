@@ -33,7 +33,7 @@ var (
 	promString   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 	promRange    = regexp.MustCompile(`\[[^\]]*\]`)
 	promGrouping = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
-	promMatchers = regexp.MustCompile(`\{[^}]*\}`)
+	promSelector = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*(\{[^}]*\})`)
 	promIdent    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	legendLabel  = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
 	labelValues  = regexp.MustCompile(`label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)`)
@@ -56,7 +56,7 @@ type exprUses struct {
 func parseExpr(expr string) exprUses {
 	u := exprUses{metrics: map[string][]string{}}
 	// Matchers first, with their selector's name: name{a="x",b=~"y"}.
-	sel := regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*(\{[^}]*\})`)
+	sel := promSelector
 	rest := sel.ReplaceAllStringFunc(expr, func(m string) string {
 		p := sel.FindStringSubmatch(m)
 		var labels []string
