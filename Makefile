@@ -3,7 +3,8 @@
 #   make run        build, then run the daemon standalone against this machine
 #   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
 #   make vet        go vet (root and test modules), staticcheck (all three),
-#                   shellcheck (every shell script: lint-sh)
+#                   shellcheck (every shell script: lint-sh), promtool on the
+#                   alerting rules and their unit tests (rules-test)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
 #                   etcd, kube-apiserver and kube-scheduler: about 8 minutes)
@@ -34,7 +35,7 @@ FUZZTIME ?= 60s
 # this machine at most.
 NODE_PARALLEL ?= 1
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh fmt install package package-test man clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -65,12 +66,22 @@ test-integration:
 # ~/.cache/staticcheck.
 STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 
-vet: lint-sh
+vet: lint-sh rules-test
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd test && $(STATICCHECK) ./...
 	cd tools && $(STATICCHECK) ./...
+
+# promtool at the version tools/go.mod pins (built from the Prometheus
+# module like staticcheck; the first build takes minutes): it checks the
+# alerting rules and runs their unit tests, which say when each alert fires
+# and when it must not.
+PROMTOOL = $(GO) tool -modfile=$(CURDIR)/tools/go.mod promtool
+
+rules-test:
+	$(PROMTOOL) check rules packaging/prometheus/node-resized-alerts.yaml
+	$(PROMTOOL) test rules packaging/prometheus/node-resized-alerts_test.yaml
 
 # shellcheck over every shell script in the tree: the files whose #! line
 # names sh, bash or dash, and the *.sh and *.bash files (the completion has

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
 	"github.com/node-resized/node-resized/cgroup"
@@ -775,6 +776,8 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
 	a.exportCondition(d.Condition.Reason)
+	exportList(a.m.TargetCapacity, a.status.Target, d.Target)
+	exportList(a.m.Allocatable, a.status.Allocatable, d.Allocatable)
 	waited := a.status.Kubelet != nil && a.status.Kubelet.RestartWaiting == decide.RestartWaitBudget
 	a.status = Status{
 		Configured:       p.in.Configured,
@@ -833,6 +836,19 @@ func (a *Agent) exportCondition(reason types.Reason) {
 			v = 1
 		}
 		a.m.CapacityCondition.WithLabelValues(string(r)).Set(v)
+	}
+}
+
+// exportList sets a gauge of resource and unit to cur, and deletes the
+// resources of old that cur no longer has.
+func exportList(g *prometheus.GaugeVec, old, cur resources.List) {
+	for name, v := range cur {
+		g.WithLabelValues(name, string(resources.UnitOf(name))).Set(resources.Value(name, v))
+	}
+	for name := range old {
+		if _, ok := cur[name]; !ok {
+			g.DeleteLabelValues(name, string(resources.UnitOf(name)))
+		}
 	}
 }
 

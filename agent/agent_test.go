@@ -22,6 +22,7 @@ import (
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 )
@@ -161,11 +162,11 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	r := startAgent(t, state)
 	r.a.OnNode(conf("cpu", "4"))
 	hw(r, 4, 0)
-	r.settle(types.ReasonAccepted, 4)
+	r.waitPublished(r.settle(types.ReasonAccepted, 4))
 
 	// The hypervisor takes two CPUs away.
 	hw(r, 2, 3*time.Millisecond)
-	r.settle(types.ReasonEmergencyReduced, 2)
+	r.waitPublished(r.settle(types.ReasonEmergencyReduced, 2))
 	r.waitCondition(types.ReasonEmergencyReduced)
 	// The first status published for the loss carries the time of the
 	// hardware event (the relay keeps the earliest one until a patch lands).
@@ -202,6 +203,29 @@ func TestPathBClampSurvivesRestart(t *testing.T) {
 	r2.a.OnNode(conf("cpu", "2"))
 	r2.settle(types.ReasonAccepted, 2)
 	r2.waitCondition(types.ReasonAccepted)
+}
+
+// waitPublished waits until node_resized_target_capacity and
+// node_resized_allocatable say the cpu and memory of the status s.
+func (r *run) waitPublished(s types.NodeStatus) {
+	r.t.Helper()
+	var got [4]float64
+	var want [4]float64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		i := 0
+		for _, name := range []string{"cpu", "memory"} {
+			unit := string(resources.UnitOf(name))
+			got[i] = testutil.ToFloat64(r.a.m.TargetCapacity.WithLabelValues(name, unit))
+			want[i] = resources.Value(name, s.Capacity[name])
+			got[i+1] = testutil.ToFloat64(r.a.m.Allocatable.WithLabelValues(name, unit))
+			want[i+1] = resources.Value(name, s.Allocatable[name])
+			i += 2
+		}
+		if got == want && want[0] > 0 && want[1] > 0 {
+			return
+		}
+	}
+	r.t.Fatalf("target capacity and allocatable (cpu, memory) %v, want %v", got, want)
 }
 
 // waitCondition waits until node_resized_capacity_condition is 1 for

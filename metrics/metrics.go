@@ -20,6 +20,15 @@ var LatencyBuckets = []float64{
 	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
+// UeventDropReasons are the values of node_resized_uevents_dropped_total's
+// reason label: the uevent listener's drop reasons (uevent.DropReason) and
+// the detection loop's queue_full.
+var UeventDropReasons = []string{"not_kernel", "malformed", "udev", "overflow", "seqnum_gap", "queue_full"}
+
+// ErrorSubsystems are the values of node_resized_resize_errors_total's
+// subsystem label.
+var ErrorSubsystems = []string{"api_patch", "api_watch", "api_topology", "event", "state_file", "cgroup_update", "eviction"}
+
 // Metrics holds every metric of the daemon. It is safe for concurrent use:
 // the Prometheus types are.
 type Metrics struct {
@@ -48,6 +57,12 @@ type Metrics struct {
 	// (resources.UnitOf: core, byte, integer), as kube-state-metrics'
 	// kube_node_status_capacity labels it.
 	Capacity *prometheus.GaugeVec
+	// TargetCapacity is the capacity node-resized publishes and enforces
+	// (the target: the configured capacity, or less after a loss), by
+	// resource and unit.
+	TargetCapacity *prometheus.GaugeVec
+	// Allocatable is the allocatable of the target, by resource and unit.
+	Allocatable *prometheus.GaugeVec
 	// NUMACapacity is the physical capacity of each NUMA node, by
 	// resource and unit.
 	NUMACapacity *prometheus.GaugeVec
@@ -142,6 +157,16 @@ func New() *Metrics {
 			Name:      "physical_capacity",
 			Help:      "Physical capacity of the node as the kubelet computes it, by resource, in unit (core for cpu, byte for memory, hugepages and ephemeral-storage).",
 		}, []string{"resource", "unit"}),
+		TargetCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "target_capacity",
+			Help:      "Capacity node-resized publishes on the Node and enforces (the configured capacity, or less after a loss), by resource, in unit.",
+		}, []string{"resource", "unit"}),
+		Allocatable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "allocatable",
+			Help:      "Allocatable node-resized publishes on the Node (the target capacity less the kubelet's reservations), by resource, in unit.",
+		}, []string{"resource", "unit"}),
 		NUMACapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "numa_node_capacity",
@@ -230,7 +255,17 @@ func New() *Metrics {
 		m.KubepodsLimitsFailing,
 		m.KubeletRecoveries,
 		m.KubeletCheckpointRollbacks,
+		m.TargetCapacity, m.Allocatable,
 	)
+	// The counters of every known label value exist at 0 from the start,
+	// so that increase() in an alert sees the first event: a series that
+	// appears at its first Inc() has no earlier sample to rise from.
+	for _, r := range UeventDropReasons {
+		m.UeventsDropped.WithLabelValues(r)
+	}
+	for _, s := range ErrorSubsystems {
+		m.ResizeErrors.WithLabelValues(s)
+	}
 	return m
 }
 
