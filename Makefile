@@ -2,12 +2,15 @@
 #
 #   make run        build, then run the daemon standalone against this machine
 #   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
-#   make vet        go vet (root and test modules), staticcheck (all three),
+#   make vet        go vet (root, test and chart modules), staticcheck (all four),
 #                   shellcheck (every shell script: lint-sh), promtool on the
 #                   alerting rules and their unit tests (rules-test)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
-#                   etcd, kube-apiserver and kube-scheduler: about 8 minutes)
+#                   etcd, kube-apiserver and kube-scheduler: about 8 minutes),
+#                   and the Helm chart's tests (chart-test)
+#   make chart-test the Helm chart: helm lint, the kustomize base's objects,
+#                   kube-score, install/upgrade/uninstall on the control plane
 #   make cluster-up start that control plane in the foreground (cluster-down stops it)
 #   make e2e-vm     end-to-end tests in a QEMU guest with hot-plugged CPUs and DIMMs
 #                   (installs qemu-system-x86, busybox-static, cpio; unpacks a Debian kernel into a cache)
@@ -35,7 +38,7 @@ FUZZTIME ?= 60s
 # this machine at most.
 NODE_PARALLEL ?= 1
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e e2e-vm e2e-node cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e chart-test e2e-vm e2e-node cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -69,8 +72,10 @@ STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 vet: lint-sh rules-test
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
+	cd test/chart && $(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd test && $(STATICCHECK) ./...
+	cd test/chart && $(STATICCHECK) ./...
 	cd tools && $(STATICCHECK) ./...
 
 # promtool at the version tools/go.mod pins (built from the Prometheus
@@ -105,6 +110,13 @@ fuzz:
 e2e:
 	test/cluster/up -build-only
 	cd test && $(GO) test -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/
+	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
+
+# The Helm chart, with Helm's Go SDK, in a module of its own (test/chart)
+# so that Helm's dependencies leave the control plane's build alone.
+chart-test:
+	test/cluster/up -build-only
+	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
 
 cluster-up:
 	test/cluster/up

@@ -103,7 +103,7 @@ func (a *applier) apply(ctx context.Context, u *unstructured.Unstructured, dryRu
 // strict field validation, every admission plugin, the priority class
 // resolved), and the DaemonSet is what the packaging promises: on every
 // node whatever its taints, system-node-critical, the node name from the
-// downward API, the host paths it needs, the probes, a memory limit, and a
+// downward API, the host paths it needs, the probes, requests and limits, and a
 // root that is not privileged, with the capabilities its comments account
 // for and no others.
 func TestDaemonSetManifest(t *testing.T) {
@@ -234,7 +234,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		}
 	}
 	for path, writable := range map[string]bool{
-		"/sys": false, "/sys/fs/cgroup": true, "/var/lib/kubelet": true,
+		"/sys/fs/cgroup": true, "/var/lib/kubelet": true,
 		"/var/lib/node-resized": true, "/run/node-resized": true, "/run/dbus": false,
 	} {
 		m, ok := mounts[path]
@@ -247,8 +247,8 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 			t.Errorf("host path %s is read-only; the daemon writes there", path)
 		}
 	}
-	if len(mounts) != 6 {
-		t.Errorf("host paths mounted: %v, want exactly the six above", hostPaths)
+	if len(mounts) != 5 {
+		t.Errorf("host paths mounted: %v, want exactly the five above (the runtime's own read-only /sys serves the reads)", hostPaths)
 	}
 
 	// Probes on the listener's /healthz and /readyz.
@@ -271,6 +271,16 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	}
 	if req := c.Resources.Requests[corev1.ResourceMemory]; req.Cmp(resource.MustParse("26Mi")) < 0 {
 		t.Errorf("memory request %v, below the idle footprint", req.String())
+	}
+	// A CPU limit that a hardware change cannot reach (a whole CPU), and
+	// ephemeral storage bounded: what scanners ask for.
+	if lim := c.Resources.Limits[corev1.ResourceCPU]; lim.Cmp(resource.MustParse("1")) < 0 {
+		t.Errorf("cpu limit %v, want at least one CPU so that the quota never delays a clamp", lim.String())
+	}
+	for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+		if _, ok := rl[corev1.ResourceEphemeralStorage]; !ok {
+			t.Errorf("resources %+v: want an ephemeral-storage request and limit", c.Resources)
+		}
 	}
 
 	// Root, not privileged, only the capabilities accounted for.
