@@ -173,8 +173,14 @@ func TestInstall(t *testing.T) {
 		t.Errorf("the DaemonSet's managers %+v: want a server-side apply", ds.ManagedFields)
 	}
 	for _, get := range []func() error{
-		func() error { _, err := cs.CoreV1().ServiceAccounts(namespace).Get(ctx, releaseName, metav1.GetOptions{}); return err },
-		func() error { _, err := cs.RbacV1().ClusterRoles().Get(ctx, releaseName, metav1.GetOptions{}); return err },
+		func() error {
+			_, err := cs.CoreV1().ServiceAccounts(namespace).Get(ctx, releaseName, metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoles().Get(ctx, releaseName, metav1.GetOptions{})
+			return err
+		},
 		func() error {
 			_, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, releaseName, metav1.GetOptions{})
 			return err
@@ -187,7 +193,10 @@ func TestInstall(t *testing.T) {
 			_, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, releaseName+"-own-node", metav1.GetOptions{})
 			return err
 		},
-		func() error { _, err := cs.NetworkingV1().NetworkPolicies(namespace).Get(ctx, releaseName, metav1.GetOptions{}); return err },
+		func() error {
+			_, err := cs.NetworkingV1().NetworkPolicies(namespace).Get(ctx, releaseName, metav1.GetOptions{})
+			return err
+		},
 	} {
 		if err := get(); err != nil {
 			t.Errorf("an installed object: %v", err)
