@@ -96,7 +96,9 @@ type faultRun struct {
 // (b) between the two checkpoint writes, (c) just before the start; (d)
 // SIGSTOPped with the stop's reply not yet read, until its watchdog ends
 // it; (e) stopped with `systemctl stop node-resized` in the middle of a
-// restart, then started again. Each change is a CPU hot-add or a CPU put
+// restart, then started again; (f) as a, with the unit's ExecStopPost
+// taken away, so that only the daemon's recovery at its next start can
+// start the kubelet. Each change is a CPU hot-add or a CPU put
 // offline or online in sysfs, so that each needs a rewrite. Each time the
 // kubelet is Ready again by a kubelet started after the fault, with the
 // new CPU count, the pod's exclusive CPU kept and no refusal of its
@@ -293,6 +295,25 @@ func TestFaults(t *testing.T) {
 			r.by += " (ExecStopPost's start merged with it)"
 		}
 		guestSh(t, n, "systemctl start node-resized")
+		return r
+	})
+	// f: as a, with the unit's ExecStopPost taken away (a DaemonSet has
+	// none, and a unit an operator edited may not): the daemon's own
+	// recovery, when systemd starts it again, is then all that starts the
+	// kubelet.
+	guestSh(t, n, `mkdir -p /etc/systemd/system/node-resized.service.d && printf '[Service]\nExecStopPost=\n' >/etc/systemd/system/node-resized.service.d/50-no-stoppost.conf && systemctl daemon-reload`)
+	if post := guestSh(t, n, "systemctl show node-resized -p ExecStopPost --value"); strings.Contains(post, "kubelet-recover") {
+		t.Fatalf("node-resized.service still has its ExecStopPost: %s", post)
+	}
+	scenario("f-killed-after-the-stop-no-stoppost", "kubelet-stopped=kill", 2, cpuOnline(2, 0), func(t *testing.T, mark time.Time) faultRun {
+		r := killed(t, mark)
+		sp := waitUnitLog(t, n, "node-resized.service", "started the kubelet that node-resized had stopped", r.fault, 2*time.Minute)
+		if p := sp[0].str("PART"); p == "kubelet-recover" {
+			t.Errorf("f: the kubelet was started by %q, want the daemon's own recovery (there is no ExecStopPost)", p)
+		}
+		t.Logf("f: killed %s, the kubelet started by the daemon (part %q) %s", r.fault.Format("15:04:05.000"), sp[0].str("PART"), sp[0].Time().Format("15:04:05.000"))
+		r.stopPost = time.Time{}
+		r.by = "the daemon's recovery at its start (no ExecStopPost)"
 		return r
 	})
 }

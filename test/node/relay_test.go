@@ -167,7 +167,7 @@ type relayAdoption struct {
 
 // relayUpscale hot-adds something with add and checks that the change is
 // relayed to the kubelet: the daemon patches the Node with the new
-// capacity (want) within 1 s of the uevent, restarts the kubelet (a new
+// capacity (want; the time from the uevent is reported), restarts the kubelet (a new
 // MainPID, restarts_total{result="done"} +1, its journal records), the
 // Node is Ready again by the new kubelet, whose own status writes keep
 // the new capacity, the condition is Accepted, and from then on the
@@ -316,7 +316,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 // TestKubeletRestart is scenarios a and b of the real-node table: a CPU
 // and then a DIMM hot-added under node-resized with kubelet restarts on
 // (--kubelet-restart=auto, the relayPolicy timings). Each time the Node
-// has the new capacity within 1 s of the uevent, the daemon restarts the
+// has the new capacity (the time from the uevent is reported), the daemon restarts the
 // kubelet once the change settled, the restarted kubelet is Ready and
 // its own status writes carry the new size, and the daemon then sends no
 // status patch for a minute.
