@@ -215,6 +215,19 @@ func (e *env) waitState(cpu int64, reason string) *corev1.Node {
 	})
 }
 
+// waitConfigured waits until the daemon has applied the configured
+// capacity spec: the condition's reason and the CPU count, and a message
+// that names spec. With the hardware already at cpu, waitState alone
+// would pass before the daemon has read the spec at all.
+func (e *env) waitConfigured(cpu int64, reason, spec string) *corev1.Node {
+	e.t.Helper()
+	return e.waitNode(fmt.Sprintf("cpu %d with %s for configured capacity %s", cpu, reason, spec), func(n *corev1.Node) bool {
+		c := condition(n)
+		q := n.Status.Capacity[corev1.ResourceCPU]
+		return c != nil && c.Reason == reason && q.Value() == cpu && strings.HasPrefix(c.Message, "configured capacity "+spec+": ")
+	})
+}
+
 func capacity(n *corev1.Node) corev1.ResourceList {
 	if n == nil {
 		return nil

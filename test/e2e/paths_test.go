@@ -255,7 +255,7 @@ func TestPathA1(t *testing.T) {
 func TestPathA2(t *testing.T) {
 	e := setup(t, nodeA2, envOptions{cpus: 4})
 	e.configure(`{"cpu":"4"}`)
-	e.waitState(4, "Accepted")
+	e.waitConfigured(4, "Accepted", `{"cpu":"4"}`)
 	e.configure(`{"cpu":"2","memory":"3Gi"}`)
 	n := e.waitState(2, "Accepted")
 	if q := n.Status.Capacity[corev1.ResourceMemory]; q.Value() != 3<<30 {
@@ -290,7 +290,10 @@ func TestPathA2(t *testing.T) {
 func TestPathB(t *testing.T) {
 	e := setup(t, nodeB, envOptions{cpus: 4})
 	e.configure(`{"cpu":"4"}`)
-	e.waitState(4, "Accepted")
+	// Applied before the loss: a loss below an applied configured
+	// capacity is Path B (EmergencyReduced); a spec first read after the
+	// loss exceeds the hardware, Path A1 (Infeasible).
+	e.waitConfigured(4, "Accepted", `{"cpu":"4"}`)
 	e.setCPUs(2)
 	n := e.waitState(2, "EmergencyReduced")
 	if c := condition(n); c.Status != corev1.ConditionFalse {
