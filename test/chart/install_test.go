@@ -112,6 +112,10 @@ func newInstall(cfg *action.Configuration, name, ns string) *action.Install {
 	i.Namespace = ns
 	i.CreateNamespace = true
 	i.Timeout = 2 * time.Minute
+	// helm install's default (no --wait): hooks only. The test control
+	// plane runs no controller manager, so no DaemonSet controller would
+	// ever report the DaemonSet ready.
+	i.WaitStrategy = kube.HookOnlyStrategy
 	return i
 }
 
@@ -155,7 +159,6 @@ func TestInstall(t *testing.T) {
 
 	// helm install.
 	inst := newInstall(cfg, releaseName, namespace)
-	inst.WaitStrategy = kube.StatusWatcherStrategy // no node: 0 pods wanted, ready at once
 	rel, err = inst.RunWithContext(ctx, ch, nil)
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
@@ -233,6 +236,7 @@ func TestInstall(t *testing.T) {
 	up := action.NewUpgrade(cfg)
 	up.Namespace = namespace
 	up.Timeout = 2 * time.Minute
+	up.WaitStrategy = kube.HookOnlyStrategy
 	if _, err := up.RunWithContext(ctx, releaseName, ch, map[string]any{"kubeletRestart": "never"}); err != nil {
 		t.Fatalf("helm upgrade: %v", err)
 	}
@@ -276,6 +280,7 @@ func TestInstall(t *testing.T) {
 	// helm uninstall.
 	un := action.NewUninstall(cfg)
 	un.Timeout = 2 * time.Minute
+	un.WaitStrategy = kube.HookOnlyStrategy
 	if _, err := un.Run(releaseName); err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}

@@ -69,7 +69,15 @@ func Build(ctx context.Context, binDir string) error {
 	}
 	defer unlock()
 
-	args := []string{"build", "-o", binDir + string(filepath.Separator)}
+	// The API server's /version says the Kubernetes release it is built
+	// from, as a released binary's does: without it, it says
+	// v0.0.0-master, and clients that check the server's version (Helm's
+	// kubeVersion, kubectl's skew warning) refuse or warn.
+	ldflags, err := versionLDFlags(ctx, goTool, modDir)
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-ldflags", ldflags, "-o", binDir + string(filepath.Separator)}
 	for _, b := range Binaries {
 		args = append(args, "./cmd/"+b)
 	}
@@ -83,6 +91,27 @@ func Build(ctx context.Context, binDir string) error {
 			strings.Join(Binaries, ", "), modDir, strings.Join(args, " "), err, tail(out.String(), 60))
 	}
 	return checkBinaries(binDir)
+}
+
+// versionLDFlags returns the -ldflags that stamp k8s.io/component-base's
+// version with the k8s.io/kubernetes version the test module requires
+// (v1.37.2: gitVersion v1.37.2, gitMajor 1, gitMinor 37).
+func versionLDFlags(ctx context.Context, goTool, modDir string) (string, error) {
+	cmd := exec.CommandContext(ctx, goTool, "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")
+	cmd.Dir = modDir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("cluster: the k8s.io/kubernetes version of %s: %w", modDir, err)
+	}
+	v := strings.TrimSpace(string(out))
+	major, rest, ok := strings.Cut(strings.TrimPrefix(v, "v"), ".")
+	minor, _, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", fmt.Errorf("cluster: k8s.io/kubernetes version %q is not vMAJOR.MINOR.PATCH", v)
+	}
+	const pkg = "k8s.io/component-base/version"
+	return fmt.Sprintf("-X %s.gitVersion=%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean",
+		pkg, v, pkg, major, pkg, minor, pkg), nil
 }
 
 // checkBinaries reports the first control-plane binary missing from binDir.

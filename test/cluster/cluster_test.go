@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -632,5 +633,28 @@ func TestKubeconfigIdentities(t *testing.T) {
 		if u := r.Status.UserInfo; u.Username != tc.user || !slices.Contains(u.Groups, tc.group) {
 			t.Errorf("%s authenticates as %s %v, want %s in %s", tc.path, u.Username, u.Groups, tc.user, tc.group)
 		}
+	}
+}
+
+// The API server's /version is the k8s.io/kubernetes release the test
+// module builds it from, as a released binary's is (Helm's kubeVersion
+// check, for one, reads it).
+func TestAPIServerVersion(t *testing.T) {
+	c := sharedCluster(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := clientFor(t, cfg).Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(out))
+	if v.GitVersion != want || !strings.HasPrefix(want, "v"+v.Major+"."+v.Minor+".") {
+		t.Errorf("the API server says %s (major %q, minor %q), want %s", v.GitVersion, v.Major, v.Minor, want)
 	}
 }
