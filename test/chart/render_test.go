@@ -15,7 +15,6 @@ import (
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
-	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -40,15 +39,6 @@ const (
 // helmLabels are the labels the chart adds to every object's metadata,
 // beyond the kustomize base's: Helm's own bookkeeping.
 var helmLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version", "helm.sh/chart"}
-
-func loadChart(t *testing.T, dir string) *chartv2.Chart {
-	t.Helper()
-	ch, err := loader.LoadDir(dir)
-	if err != nil {
-		t.Fatalf("load chart %s: %v", dir, err)
-	}
-	return ch
-}
 
 // render renders the chart as helm template does (no cluster), with vals
 // over the chart's values.
