@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/resources"
+	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
 )
@@ -354,4 +356,20 @@ func TestKubeletCheckpointRolledBack(t *testing.T) {
 		rg.at(d)
 	}
 	rg.restarts(1)
+}
+
+// Every result a restart can be counted under (each of systemd's job
+// results, and "error") exists at 0 from the start, so that increase()
+// and rate() see the first restart of each kind.
+func TestKubeletRestartResultsAtZero(t *testing.T) {
+	results := []systemd.JobResult{systemd.JobDone, systemd.JobCanceled, systemd.JobTimeout, systemd.JobFailed, systemd.JobDependency, systemd.JobSkipped, "error"}
+	for _, r := range results {
+		if !slices.Contains(metrics.KubeletRestartResults, string(r)) {
+			t.Errorf("metrics.KubeletRestartResults lacks %q", r)
+		}
+	}
+	m := metrics.New()
+	if got := testutil.CollectAndCount(m.KubeletRestarts); got != len(metrics.KubeletRestartResults) {
+		t.Errorf("%d node_resized_kubelet_restarts_total series at start, want %d", got, len(metrics.KubeletRestartResults))
+	}
 }

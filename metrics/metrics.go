@@ -29,6 +29,11 @@ var UeventDropReasons = []string{"not_kernel", "malformed", "udev", "overflow", 
 // subsystem label.
 var ErrorSubsystems = []string{"api_patch", "api_watch", "api_topology", "event", "state_file", "cgroup_update", "eviction"}
 
+// KubeletRestartResults are the values of node_resized_kubelet_restarts_total's
+// result label: systemd's job results, and error for a restart that got
+// none.
+var KubeletRestartResults = []string{"done", "canceled", "timeout", "failed", "dependency", "skipped", "error"}
+
 // Metrics holds every metric of the daemon. It is safe for concurrent use:
 // the Prometheus types are.
 type Metrics struct {
@@ -265,6 +270,9 @@ func New() *Metrics {
 	}
 	for _, s := range ErrorSubsystems {
 		m.ResizeErrors.WithLabelValues(s)
+	}
+	for _, r := range KubeletRestartResults {
+		m.KubeletRestarts.WithLabelValues(r)
 	}
 	return m
 }
