@@ -238,11 +238,21 @@ func RunCPUDowngrade(t *testing.T, k Kubelet, kl CPUKubelet) {
 					if err := os.WriteFile(filepath.Join(dir, CPUFile), b, 0o644); err != nil {
 						t.Fatal(err)
 					}
+					// What the downgrade would meet without the rewrite, for
+					// the log: the newer kubelet's own file on the old machine.
+					if _, err := kl.StartCPU(dir, c.Old, c.Policy); err != nil {
+						t.Logf("%s refuses the file %s wrote, on the machine it was written for: %v", k, from, err)
+					}
+					if after, err := os.ReadFile(filepath.Join(dir, CPUFile)); err != nil || string(after) != string(b) {
+						t.Fatalf("%s changed the file it started on (%v)", k, err)
+					}
 					rewriteCPU(t, c, dir)
 					if want := c.want(from, k); len(want.Pods) > 0 && !k.PodLevel {
-						if _, err := kl.StartCPU(dir, c.New, c.Policy); err == nil {
+						_, err := kl.StartCPU(dir, c.New, c.Policy)
+						if err == nil {
 							t.Fatalf("%s started on pod-level CPUs it cannot hold", k)
 						}
+						t.Logf("%s cannot hold pod-level CPUs, and refuses: %v", k, err)
 						return
 					}
 					checkCPUStarts(t, from, k, kl, dir, c)

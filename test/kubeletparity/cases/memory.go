@@ -218,11 +218,21 @@ func RunMemoryDowngrade(t *testing.T, k Kubelet, kl MemoryKubelet) {
 					if err := os.WriteFile(filepath.Join(dir, MemoryFile), b, 0o644); err != nil {
 						t.Fatal(err)
 					}
+					// What the downgrade would meet without the rewrite, for
+					// the log: the newer kubelet's own file on the old machine.
+					if _, err := kl.StartMemory(dir, c.Old, c.reserved(c.Old)); err != nil {
+						t.Logf("%s refuses the file %s wrote, on the machine it was written for: %v", k, from, err)
+					}
+					if after, err := os.ReadFile(filepath.Join(dir, MemoryFile)); err != nil || string(after) != string(b) {
+						t.Fatalf("%s changed the file it started on (%v)", k, err)
+					}
 					rewriteMemory(t, c, dir)
 					if len(dropPods(c.Pods, c.Dropped)) > 0 && !k.PodLevel {
-						if _, err := kl.StartMemory(dir, c.New, c.reserved(c.New)); err == nil {
+						_, err := kl.StartMemory(dir, c.New, c.reserved(c.New))
+						if err == nil {
 							t.Fatalf("%s started on pod-level memory it cannot hold", k)
 						}
+						t.Logf("%s cannot hold pod-level memory, and refuses: %v", k, err)
 						return
 					}
 					checkMemoryStarts(t, k, kl, dir, c)
