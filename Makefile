@@ -2,13 +2,18 @@
 #
 #   make run        build, then run the daemon standalone against this machine
 #   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
-#   make vet        go vet (root, test and chart modules), staticcheck (all four),
-#                   shellcheck (every shell script: lint-sh), promtool on the
-#                   alerting rules and their unit tests (rules-test)
+#   make vet        go vet (root, test and chart modules, the kubelet parity
+#                   modules), staticcheck (all of them and tools), shellcheck
+#                   (every shell script: lint-sh), promtool on the alerting
+#                   rules and their unit tests (rules-test)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
 #                   etcd, kube-apiserver and kube-scheduler: about 8 minutes),
-#                   and the Helm chart's tests (chart-test)
+#                   the kubelet parity modules of v1.34 to v1.36, and the Helm
+#                   chart's tests (chart-test)
+#   make parity     checkpoint and allocatable parity with every supported
+#                   kubelet: v1.37 in the test module, then one module per older
+#                   version (a first build of each: 3 to 5 minutes)
 #   make chart-test the Helm chart: helm lint, the kustomize base's objects,
 #                   kube-score, install/upgrade/uninstall on the control plane
 #   make cluster-up start that control plane in the foreground (cluster-down stops it)
@@ -38,7 +43,7 @@ FUZZTIME ?= 60s
 # this machine at most.
 NODE_PARALLEL ?= 1
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e chart-test e2e-vm e2e-node cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e parity chart-test e2e-vm e2e-node cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -69,13 +74,22 @@ test-integration:
 # ~/.cache/staticcheck.
 STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 
+# The kubelet parity modules of v1.34 to v1.36, each pinning its own
+# k8s.io/kubernetes (v1.37's is test/kubeletparity, in the test module),
+# and the module of the cases they all run.
+PARITY_MODULES = test/kubeletparity/v1_34 test/kubeletparity/v1_35 test/kubeletparity/v1_36
+PARITY_CASES   = test/kubeletparity/cases
+PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test -count=1 -v -timeout 10m ./...) || exit 1; done
+
 vet: lint-sh rules-test
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
 	cd test/chart && $(GO) vet ./...
+	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(STATICCHECK) ./...
 	cd test && $(STATICCHECK) ./...
 	cd test/chart && $(STATICCHECK) ./...
+	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(STATICCHECK) ./...) || exit 1; done
 	cd tools && $(STATICCHECK) ./...
 
 # promtool at the version tools/go.mod pins (built from the Prometheus
@@ -110,7 +124,14 @@ fuzz:
 e2e:
 	test/cluster/up -build-only
 	cd test && $(GO) test -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/
+	$(PARITY_TEST)
 	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
+
+# Every supported kubelet against node-resized's checkpoint rewrites (and,
+# for v1.37, its allocatable arithmetic), each with its own code.
+parity:
+	cd test && $(GO) test -count=1 -v -timeout 20m ./kubeletparity/
+	$(PARITY_TEST)
 
 # The Helm chart, with Helm's Go SDK, in a module of its own (test/chart)
 # so that Helm's dependencies leave the control plane's build alone.

@@ -102,6 +102,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
 	github.com/node-resized/node-resized v0.0.0
+	github.com/node-resized/node-resized/test/kubeletparity/cases v0.0.0
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/selinux v1.15.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
@@ -185,7 +186,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-replace github.com/node-resized/node-resized => ../
+replace (
+	github.com/node-resized/node-resized => ../
+	github.com/node-resized/node-resized/test/kubeletparity/cases => ./kubeletparity/cases
+)
 
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
 // with ./staging/...; as a dependency each one needs its published version.

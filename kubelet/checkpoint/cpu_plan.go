@@ -36,8 +36,9 @@ type CPUManagerPlan = Plan[CPUManagerState]
 // keeps them, container and pod level alike; the others are dropped; the
 // shared pool (defaultCpuSet) becomes the online CPUs minus the kept
 // assignments (minus the reserved CPUs with strict reservation). CPUs
-// added join the shared pool. The plan is written in v1.37's layout (v4,
-// with the v2 fields and checksum older kubelets read).
+// added join the shared pool. The plan is written in v1.37's layout (v4),
+// whatever layout it was read in, with the legacy fields and checksum
+// older kubelets read: v2's, or v3's when a pod holds pod-level CPUs.
 //
 // The none policy's checkpoint, and a static one not yet initialised, need
 // no rewrite. A missing checkpoint gives an error wrapping fs.ErrNotExist.

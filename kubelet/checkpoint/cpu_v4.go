@@ -7,7 +7,9 @@ import (
 
 // CPUManagerV4 is the CPU manager's v4 layout, which kubelet v1.37 writes:
 // v2's fields for older kubelets, plus data (the whole state as a JSON
-// string) and dataChecksum, which is authoritative.
+// string) and dataChecksum, which is authoritative. node-resized writes
+// the legacy fields as v3 instead when a pod holds pod-level CPUs (see
+// marshalCPUV4).
 const CPUManagerV4 = "v4"
 
 // cpuV4Data is the v4 data payload, the kubelet's CPUManagerCheckpointData
@@ -31,11 +33,13 @@ type cpuBaseline struct {
 	Baseline string `json:"baseline"`
 }
 
-// cpuV4File is the kubelet's CPUManagerCheckpoint (v4) as it marshals it.
+// cpuV4File is the kubelet's CPUManagerCheckpoint (v4) as it marshals it,
+// with the v3 podEntries that node-resized adds to the legacy fields.
 type cpuV4File struct {
 	PolicyName    string                       `json:"policyName"`
 	DefaultCPUSet string                       `json:"defaultCpuSet"`
 	Entries       map[string]map[string]string `json:"entries,omitempty"`
+	PodEntries    map[string]cpuPodEntry       `json:"podEntries,omitempty"`
 	Checksum      uint64                       `json:"checksum"`
 	Data          string                       `json:"data"`
 	DataChecksum  uint64                       `json:"dataChecksum"`
@@ -87,7 +91,15 @@ func cpuBaselines(b []byte, format string) (map[string]map[string]cpuBaseline, e
 }
 
 // marshalCPUV4 writes st as the kubelet's MarshalCheckpoint does for v4:
-// the data with its checksum, and the v2 fields with theirs.
+// the data with its checksum, and the legacy fields with theirs. The
+// legacy fields are v2's, as v1.37 writes them, which every kubelet before
+// v1.37 reads, unless a pod holds pod-level CPUs: v2 cannot hold those, and
+// kubelet v1.36 with PodLevelResourceManagers, which reads the legacy
+// fields as v3 and ignores data, would load the state without them and
+// refuse to start (its CPUs in the state would not be the machine's). They
+// are then v3's, podEntries and the v3 checksum under the legacy name, as
+// v1.36 writes them. (A kubelet without pod-level resource managers could
+// not start on such a state in any layout.)
 func marshalCPUV4(st CPUManagerState, baselines map[string]map[string]cpuBaseline) ([]byte, error) {
 	d := cpuV4DataOut{cpuV4Data: cpuV4Data{PolicyName: st.PolicyName, DefaultCPUSet: cpuString(st.DefaultCPUSet),
 		Entries: map[string]map[string]string{}}, Baselines: baselines}
@@ -109,6 +121,16 @@ func marshalCPUV4(st CPUManagerState, baselines map[string]map[string]cpuBaselin
 	}
 	f := cpuV4File{PolicyName: d.PolicyName, DefaultCPUSet: d.DefaultCPUSet, Entries: d.Entries,
 		Data: string(data), DataChecksum: dataChecksum(string(data))}
-	f.Checksum = uint64(cpuV2Hash(&cpuFile{PolicyName: f.PolicyName, DefaultCPUSet: f.DefaultCPUSet, entries: d.Entries})("CPUManagerCheckpoint"))
+	legacy := &cpuFile{PolicyName: f.PolicyName, DefaultCPUSet: f.DefaultCPUSet, entries: d.Entries}
+	if len(d.PodEntries) == 0 {
+		f.Checksum = uint64(cpuV2Hash(legacy)("CPUManagerCheckpoint"))
+		return json.Marshal(f)
+	}
+	f.PodEntries = d.PodEntries
+	pods := make(map[string]string, len(d.PodEntries))
+	for uid, e := range d.PodEntries {
+		pods[uid] = e.CPUSet
+	}
+	f.Checksum = uint64(cpuV3Hash(legacy, pods)("CPUManagerCheckpoint"))
 	return json.Marshal(f)
 }

@@ -11,10 +11,15 @@
 // assignment is kept and the memory manager's machine state is recomputed
 // around it. What no checkpoint can fix is an error wrapping ErrInfeasible
 // that says what an operator must do. Apply writes a plan in v1.37's
-// layout, with the checksums older kubelets check too, atomically
-// (temporary file, fsync, rename) and keeps the previous file beside it
-// (BackupSuffix). test/kubeletparity loads every written file with the
-// kubelet's own state packages and starts its policies on it.
+// layout whatever layout it was read in, atomically (temporary file,
+// fsync, rename), and keeps the previous file beside it (BackupSuffix).
+// That layout's legacy fields, which kubelets before v1.37 read instead of
+// its data, are written in the layout that holds the state: the CPU
+// manager's v2 and the memory manager's v1, which v1.34 to v1.36 read,
+// or v3 and v2 when a pod holds pod-level assignments, which v1.36 with
+// PodLevelResourceManagers reads. test/kubeletparity (v1.37) and its
+// modules for v1.34 to v1.36 load every written file with each kubelet's
+// own state packages and start its policies on it.
 //
 // Both checkpoints go through one skeleton (checkpoint.go): read with a
 // size cap, decode in the first layout that takes the file, newest first,

@@ -22,8 +22,9 @@ type MemoryManagerPlan = Plan[MemoryManagerState]
 // validateState): the machine state the kubelet computes for them (each
 // node's MemTotal and huge pages, less reserved), with every assignment on
 // nodes that still exist accounted on it again. The plan is written in
-// v1.37's layout (v3, with the v1 fields and checksum older kubelets
-// read).
+// v1.37's layout (v3), whatever layout it was read in, with the legacy
+// fields and checksum older kubelets read: v1's, or v2's when a pod holds
+// pod-level memory.
 //
 // reserved is the kubelet's reservedMemory: NUMA node → resource name
 // ("memory", "hugepages-2Mi") → bytes; nil takes the reservations the

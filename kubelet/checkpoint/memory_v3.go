@@ -7,12 +7,22 @@ import (
 
 // MemoryManagerV3 is the memory manager's v3 layout, which kubelet v1.37
 // writes: v1's fields for older kubelets, plus data (the whole state as a
-// JSON string) and dataChecksum, which is authoritative.
+// JSON string) and dataChecksum, which is authoritative. node-resized
+// writes the legacy fields as v2 instead when a pod holds pod-level memory
+// (see marshalMemoryV3).
 const MemoryManagerV3 = "v3"
 
 // memoryV3File is the kubelet's MemoryManagerCheckpoint (v3).
 type memoryV3File struct {
 	memoryV1File
+	Data         string `json:"data"`
+	DataChecksum uint64 `json:"dataChecksum"`
+}
+
+// memoryV3FileV2 is a v3 checkpoint whose legacy fields are v2's, with
+// podEntries.
+type memoryV3FileV2 struct {
+	memoryV2File
 	Data         string `json:"data"`
 	DataChecksum uint64 `json:"dataChecksum"`
 }
@@ -59,7 +69,14 @@ func (v3 *memoryV3File) data() (memoryV3Data, error) {
 }
 
 // marshalMemoryV3 writes st as the kubelet's MarshalCheckpoint does for
-// v3: the data with its checksum, and the v1 fields with theirs.
+// v3: the data with its checksum, and the legacy fields with theirs. The
+// legacy fields are v1's, as v1.37 writes them, which every kubelet before
+// v1.37 reads, unless a pod holds pod-level memory: v1 cannot hold it, and
+// kubelet v1.36 with PodLevelResourceManagers, which reads the legacy
+// fields as v2 and ignores data, would account the pod's containers
+// instead of the pod and refuse to start (the machine state would not be
+// the one it expects). They are then v2's, podEntries and the v2
+// checksum, as v1.36 writes them.
 func marshalMemoryV3(st MemoryManagerState) ([]byte, error) {
 	d := memoryV3Data{PolicyName: st.PolicyName, MachineState: st.MachineState, Entries: st.Containers}
 	if d.Entries == nil {
@@ -75,8 +92,12 @@ func marshalMemoryV3(st MemoryManagerState) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal memory manager checkpoint data: %w", err)
 	}
-	v3 := memoryV3File{memoryV1File: memoryV1File{PolicyName: d.PolicyName, MachineState: d.MachineState, Entries: d.Entries},
-		Data: string(data), DataChecksum: dataChecksum(string(data))}
-	v3.Checksum = v3.memoryV1File.hash()
-	return json.Marshal(v3)
+	v1 := memoryV1File{PolicyName: d.PolicyName, MachineState: d.MachineState, Entries: d.Entries}
+	if len(d.PodEntries) == 0 {
+		v1.Checksum = v1.hash()
+		return json.Marshal(memoryV3File{memoryV1File: v1, Data: string(data), DataChecksum: dataChecksum(string(data))})
+	}
+	v2 := memoryV2File{memoryV1File: v1, PodEntries: d.PodEntries}
+	v2.Checksum = v2.hash()
+	return json.Marshal(memoryV3FileV2{memoryV2File: v2, Data: string(data), DataChecksum: dataChecksum(string(data))})
 }
