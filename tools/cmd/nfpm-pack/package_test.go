@@ -161,6 +161,8 @@ var shippedAll = []shippedFile{
 	{"/usr/share/bash-completion/completions/node-resizectl", 0o644, false, ""},
 	{"/usr/share/man/man8/node-resized.8.gz", 0o644, false, ""},
 	{"/usr/share/man/man1/node-resizectl.1.gz", 0o644, false, ""},
+	{"/usr/share/node-resized/prometheus/node-resized-alerts.yaml", 0o644, false, ""},
+	{"/usr/share/node-resized/grafana/node-resized-dashboard.json", 0o644, false, ""},
 	{"/usr/share/doc/node-resized/copyright", 0o644, false, "deb"},
 	{"/usr/share/doc/node-resized/changelog.gz", 0o644, false, "deb"},
 	{"/usr/share/lintian/overrides/node-resized", 0o644, false, "deb"},
@@ -184,6 +186,7 @@ var debDirs = []string{
 	"/usr/", "/usr/bin/", "/usr/lib/", "/usr/lib/systemd/", "/usr/lib/systemd/system/", "/usr/lib/systemd/system/kubelet.service.d/",
 	"/usr/share/", "/usr/share/bash-completion/", "/usr/share/bash-completion/completions/",
 	"/usr/share/man/", "/usr/share/man/man1/", "/usr/share/man/man8/",
+	"/usr/share/node-resized/", "/usr/share/node-resized/prometheus/", "/usr/share/node-resized/grafana/",
 	"/usr/share/doc/", "/usr/share/doc/node-resized/", "/usr/share/lintian/", "/usr/share/lintian/overrides/",
 }
 
