@@ -49,11 +49,19 @@ const (
 // accepted the node.
 func relayNode(t *testing.T, kubeletConfig, args string) *installed {
 	t.Helper()
+	return relayNodeConfig(t, Config{KubeletConfig: kubeletConfig}, args)
+}
+
+// relayNodeConfig is relayNode for a node booted with cfg (its Name is
+// node-1).
+func relayNodeConfig(t *testing.T, cfg Config, args string) *installed {
+	t.Helper()
 	const name = "node-1"
 	needKernel(t)
 	s := &installed{deb: buildPackage(t)}
 	c := startCluster(t, name)
-	s.n = bootNode(t, c, Config{Name: name, KubeletConfig: kubeletConfig})
+	cfg.Name = name
+	s.n = bootNode(t, c, cfg)
 	s.timing("boot to Node Ready: %v", s.n.ReadyTime().Round(time.Millisecond))
 	admin, err := kubernetes.NewForConfig(c.AdminConfig())
 	if err != nil {
