@@ -110,6 +110,20 @@ func readMemState(t *testing.T, n *Node) (memState, string) {
 	return st, raw
 }
 
+// canonical is JSON with its object keys sorted, so that two writers'
+// field orders compare equal; invalid JSON is returned as it is.
+func canonical(raw json.RawMessage) string {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return string(raw)
+	}
+	return string(b)
+}
+
 // nodeMemory is NUMA node id's memory total in the memory manager's
 // machine state.
 func (m memState) nodeMemory(id string) uint64 { return m.MachineState[id].MemoryMap["memory"].Total }
@@ -236,7 +250,7 @@ func kubeletVersion(t *testing.T, version string) {
 		if got := c.Entries[uid]["c"]; got != held {
 			t.Errorf("%s: the pod's container holds CPUs %q in cpu_manager_state, want %q", when, got, held)
 		}
-		if got := m.Entries[uid]["c"]; string(got) != string(memHeld) {
+		if got := m.Entries[uid]["c"]; canonical(got) != canonical(memHeld) {
 			t.Errorf("%s: the pod's container's memory assignment %s, want %s", when, got, memHeld)
 		}
 		return c, m
