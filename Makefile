@@ -20,6 +20,9 @@
 #   make e2e-vm     end-to-end tests in a QEMU guest with hot-plugged CPUs and DIMMs
 #                   (installs qemu-system-x86, busybox-static, cpio; unpacks a Debian kernel into a cache)
 #   make e2e-node   a QEMU guest that is a real node: systemd as PID 1, the real kubelet
+#   make e2e-node-matrix  the same node booted with each older kubelet (v1.34 to
+#                   v1.36, built by test/node/build-matrix: a first build of each
+#                   takes minutes) and the restart scenarios run on it
 #   make package    the deb and rpm packages in dist/ (package-test checks them,
 #                   with lintian and rpmlint; make man: the manual pages)
 #   make install    a plain install under PREFIX (default /usr/local)
@@ -43,7 +46,7 @@ FUZZTIME ?= 60s
 # this machine at most.
 NODE_PARALLEL ?= 1
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e parity chart-test e2e-vm e2e-node cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e parity chart-test e2e-vm e2e-node e2e-node-matrix cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -84,6 +87,7 @@ PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test -count=1 -
 vet: lint-sh rules-test
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
+	cd test && $(GO) vet -tags matrix ./node/
 	cd test/chart && $(GO) vet ./...
 	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(STATICCHECK) ./...
@@ -157,6 +161,17 @@ e2e-node:
 	test/vm/fetch
 	test/node/build
 	cd test && $(GO) test -count=1 -v -timeout 40m -parallel $(NODE_PARALLEL) ./node/
+
+# The kubelet version matrix (test/node/matrix_test.go, build tag matrix):
+# one boot per older kubelet, one after the other; NODE_KUBELETS picks a
+# subset (e.g. NODE_KUBELETS=v1.35.4). Not part of e2e-node.
+NODE_KUBELETS ?=
+e2e-node-matrix:
+	test/cluster/up -build-only
+	test/vm/fetch
+	test/node/build
+	test/node/build-matrix
+	cd test && NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 60m -run '^TestKubeletVersions$$' ./node/
 
 # A plain install without a package: the binaries and the bash completion
 # under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in

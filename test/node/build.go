@@ -61,14 +61,21 @@ func Build(ctx context.Context, binDir string) error {
 
 func checkBinaries(binDir string) error {
 	for _, b := range Binaries {
-		p := filepath.Join(binDir, b)
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("node: binary %s: %w (run test/node/build or node.Build)", p, err)
+		if err := checkExecutable(filepath.Join(binDir, b)); err != nil {
+			return err
 		}
-		if fi.Mode()&0o111 == 0 {
-			return fmt.Errorf("node: binary %s is not executable", p)
-		}
+	}
+	return nil
+}
+
+// checkExecutable fails unless p is an executable file.
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("node: binary %s: %w (run test/node/build, or test/node/build-matrix for an older kubelet)", p, err)
+	}
+	if fi.Mode()&0o111 == 0 || fi.IsDir() {
+		return fmt.Errorf("node: binary %s is not an executable file", p)
 	}
 	return nil
 }

@@ -66,6 +66,12 @@ type Config struct {
 	Kernel vm.Kernel
 	// BinDir holds the kubelet and fakecri; "" means DefaultBinDir.
 	BinDir string
+	// Kubelet is the kubelet binary the guest runs as /usr/bin/kubelet, a
+	// path on this machine (e.g. BinDir/kubelet-v1.36.3, which
+	// test/node/build-matrix builds); "" means BinDir/kubelet, the version
+	// the test module requires. Like a File with Link, it must not be
+	// under a folder the guest mounts over (/tmp, /run, ...).
+	Kubelet string
 	// SkipBuild uses the binaries in BinDir as they are instead of running
 	// Build first.
 	SkipBuild bool
@@ -270,6 +276,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	kubelet := filepath.Join(binDir, "kubelet")
+	if cfg.Kubelet != "" {
+		if kubelet, err = filepath.Abs(cfg.Kubelet); err != nil {
+			return nil, fmt.Errorf("node: kubelet %s: %w", cfg.Kubelet, err)
+		}
+		if err := checkExecutable(kubelet); err != nil {
+			return nil, err
+		}
+	}
 	kubeconfig, err := guestKubeconfig(cfg.API, cfg.Name)
 	if err != nil {
 		return nil, err
@@ -299,7 +314,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 
 	tree, err := baseTree(cfg.Name, kubeconfig, cfg.KubeletConfig, cfg.KubeletArgs,
-		filepath.Join(binDir, "kubelet"), filepath.Join(binDir, "fakecri"))
+		kubelet, filepath.Join(binDir, "fakecri"))
 	if err != nil {
 		return nil, err
 	}

@@ -49,11 +49,19 @@ const (
 // accepted the node.
 func relayNode(t *testing.T, kubeletConfig, args string) *installed {
 	t.Helper()
+	return relayNodeConfig(t, Config{KubeletConfig: kubeletConfig}, args)
+}
+
+// relayNodeConfig is relayNode for a node booted with cfg (its Name is
+// node-1).
+func relayNodeConfig(t *testing.T, cfg Config, args string) *installed {
+	t.Helper()
 	const name = "node-1"
 	needKernel(t)
 	s := &installed{deb: buildPackage(t)}
 	c := startCluster(t, name)
-	s.n = bootNode(t, c, Config{Name: name, KubeletConfig: kubeletConfig})
+	cfg.Name = name
+	s.n = bootNode(t, c, cfg)
 	s.timing("boot to Node Ready: %v", s.n.ReadyTime().Round(time.Millisecond))
 	admin, err := kubernetes.NewForConfig(c.AdminConfig())
 	if err != nil {
@@ -276,10 +284,16 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	// carry the new capacity: none reverts it. (A stock kubelet whose
 	// status is unchanged writes it again only every
 	// nodeStatusReportFrequency, 5m; its heartbeat is the Lease.)
-	// From the restart job's end: the old kubelet can still write a status
-	// (a revert of the daemon's patch) between the restart's start and its
-	// stop.
-	kubeletWrites := s.kubeletWrites(t, what, restarted[0].Time().Add(-off), want)
+	// From the new kubelet's start (its MainPID's, as the daemon saw it),
+	// else from the restart job's end: the old kubelet can still write a
+	// status (a revert of the daemon's patch) between the restart's start
+	// and its stop, and the new one may have written its only status before
+	// the daemon called the restart done (v1.34 did).
+	newSince := restarted[0].Time()
+	if k := st.Kubelet.Started; !k.IsZero() && k.After(began) && k.Before(newSince) {
+		newSince = k
+	}
+	kubeletWrites := s.kubeletWrites(t, what, newSince.Add(-off), want)
 
 	// No fight: node-resized patches nothing from now on.
 	p0 := st.Kubernetes.Patches
