@@ -16,11 +16,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/node-resized/node-resized/kubelet/checkpoint"
 )
 
 // EnvKubelets names the environment variable that picks a subset of the
 // older kubelets TestKubeletVersions boots: versions separated by commas
-// or spaces, e.g. "v1.34.4,v1.36.3". Unset, it boots each of them.
+// or spaces, e.g. "v1.34.4,v1.36.3+PodLevelResourceManagers" (a version,
+// and + with the gate for v1.36's second run). Unset, it boots each.
 const EnvKubelets = "NODE_RESIZED_NODE_KUBELETS"
 
 // matrixKubeletConfig is the static CPU manager of TestKubeletRestartStaticCPU
@@ -167,19 +170,74 @@ func noRefusal(t *testing.T, n *Node, what string, since time.Time) {
 // It asserts order and counts, never wall-clock bounds, and logs the
 // times. It is behind the matrix build tag (make e2e-node-matrix), so
 // that make e2e-node needs none of the older kubelets.
+//
+// v1.36 runs twice: as it ships, and with its PodLevelResourceManagers
+// gate on, which makes it write and read other checkpoint layouts (the
+// CPU manager's v3 and the memory manager's v2, where it otherwise keeps
+// v2 and v1). Each run first checks that the kubelet's own checkpoints
+// are in the layouts its version and gates write, so that the rewrites
+// (always the newest layouts with the legacy fields older kubelets load,
+// docs/relay.md) are proven against the layout each kubelet reads.
 func TestKubeletVersions(t *testing.T) {
-	for _, v := range pickKubelets(t, olderKubelets(t)) {
-		t.Run(v, func(t *testing.T) { kubeletVersion(t, v) })
+	var runs []string
+	for _, v := range olderKubelets(t) {
+		runs = append(runs, v)
+		if strings.HasPrefix(v, "v1.36.") {
+			runs = append(runs, v+"+"+podLevelGate)
+		}
+	}
+	for _, r := range pickKubelets(t, runs) {
+		version, gate, _ := strings.Cut(r, "+")
+		t.Run(r, func(t *testing.T) { kubeletVersion(t, version, gate == podLevelGate) })
 	}
 }
 
-func kubeletVersion(t *testing.T, version string) {
+// podLevelGate is the kubelet feature gate (alpha in v1.36) that keeps
+// pod-level CPU and memory assignments in the checkpoints.
+const podLevelGate = "PodLevelResourceManagers"
+
+// kubeletLayouts are the checkpoint layouts a kubelet of version writes
+// itself (with the PodLevelResourceManagers gate on when podLevel): its
+// CPU manager's and its memory manager's.
+func kubeletLayouts(version string, podLevel bool) (cpu, mem string) {
+	switch {
+	case strings.HasPrefix(version, "v1.36.") && podLevel:
+		return checkpoint.CPUManagerV3, checkpoint.MemoryManagerV2
+	case strings.HasPrefix(version, "v1.34.") || strings.HasPrefix(version, "v1.35.") || strings.HasPrefix(version, "v1.36."):
+		return checkpoint.CPUManagerV2, checkpoint.MemoryManagerV1
+	}
+	return checkpoint.CPUManagerV4, checkpoint.MemoryManagerV3
+}
+
+// checkLayouts says which layouts the guest's checkpoints are in, as the
+// kubelet's own loader picks them, and fails unless they are cpu and mem.
+func checkLayouts(t *testing.T, n *Node, when, cpu, mem string) {
+	t.Helper()
+	c, err := checkpoint.ParseCPUManager([]byte(guestSh(t, n, "cat "+cpuManagerState)))
+	if err != nil {
+		t.Errorf("%s: %s: %v", when, cpuManagerState, err)
+	}
+	m, err := checkpoint.ParseMemoryManager([]byte(guestSh(t, n, "cat "+memManagerState)))
+	if err != nil {
+		t.Errorf("%s: %s: %v", when, memManagerState, err)
+	}
+	t.Logf("%s: the CPU manager's checkpoint is %s, the memory manager's %s", when, c.Format, m.Format)
+	if c.Format != cpu || m.Format != mem {
+		t.Errorf("%s: checkpoint layouts CPU %s, memory %s; want %s and %s", when, c.Format, m.Format, cpu, mem)
+	}
+}
+
+func kubeletVersion(t *testing.T, version string, podLevel bool) {
 	t0 := time.Now()
 	kubelet := filepath.Join(nodeBinDir, "kubelet-"+version)
 	if err := checkExecutable(kubelet); err != nil {
 		t.Fatal(err)
 	}
-	s := relayNodeConfig(t, Config{KubeletConfig: matrixKubeletConfig, Kubelet: kubelet}, "--auto-online "+relayPolicy)
+	config := matrixKubeletConfig
+	if podLevel {
+		config += "featureGates:\n  " + podLevelGate + ": true\n"
+	}
+	s := relayNodeConfig(t, Config{KubeletConfig: config, Kubelet: kubelet}, "--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin
 	ctx := context.Background()
 	defer func() {
@@ -238,6 +296,8 @@ func kubeletVersion(t *testing.T, version string) {
 	if mem0.PolicyName != "Static" || memHeld == nil {
 		t.Fatalf("memory_manager_state: policy %q, the pod's container's assignment %s; want Static and one", mem0.PolicyName, memHeld)
 	}
+	ownCPU, ownMem := kubeletLayouts(version, podLevel)
+	checkLayouts(t, n, "as the kubelet wrote them", ownCPU, ownMem)
 	kept := func(t *testing.T, when string) (cpuState, memState) {
 		t.Helper()
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
