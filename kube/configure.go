@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -140,7 +141,7 @@ func (c *NodeConfig) patch(ctx context.Context, patch map[string]any) (types.Nod
 // its latest state. A deleted Node ends it with an error.
 func (c *NodeConfig) WatchNode(ctx context.Context, f func(types.NodeView) (bool, error)) error {
 	ctx = logr.NewContext(ctx, logr.FromSlogHandler(retriedHandler{c.log.Handler()}))
-	_, err := watchtools.UntilWithSync(ctx, nodeListWatch(c.nodes, c.name), &unstructured.Unstructured{}, nil,
+	_, err := watchtools.UntilWithSync(ctx, nodeListWatch(c.nodes, c.name, 200*time.Millisecond, c.log), &unstructured.Unstructured{}, nil,
 		func(ev watch.Event) (bool, error) {
 			if ev.Type == watch.Deleted {
 				return false, fmt.Errorf("the Node %s was deleted", c.name)

@@ -38,7 +38,10 @@ const (
 	// more is dropped, with a log line.
 	eventQueueLength = 256
 	// eventTries is how often an event is tried while the API server
-	// fails in a way that may pass (unreachable, overloaded, a timeout).
+	// answers with a failure that may pass (overloaded, a timeout). Tries
+	// that reach no API server do not count: an outage delays the events
+	// (each waiting at most retry.ReconnectCap between tries) but drops
+	// none; eventQueueLength bounds how many wait.
 	eventTries = 5
 	// eventFlushTimeout bounds the writing of the events still queued
 	// when the writer's context ends.
@@ -152,13 +155,17 @@ func (w *eventWriter) run(ctx context.Context) {
 }
 
 // write writes ev, trying again with jittered exponential backoff while
-// the API server fails in a way that may pass, at most eventTries times;
+// the API server fails in a way that may pass, at most eventTries times
+// that it answered (and for as long as it is unreachable);
 // other refusals drop the event. It returns false, with ev not written,
 // when ctx ended first.
 func (w *eventWriter) write(ctx context.Context, ev *eventsv1.Event) bool {
 	backoff := retry.Backoff(w.minBackoff, w.maxBackoff)
 	for try := 1; ; try++ {
 		err := w.create(ctx, ev)
+		if retry.Unreachable(err) {
+			try-- // the API server never saw it
+		}
 		switch {
 		case err == nil || apierrors.IsAlreadyExists(err):
 			return true // already there: an earlier try got through
@@ -168,7 +175,7 @@ func (w *eventWriter) write(ctx context.Context, ev *eventsv1.Event) bool {
 			w.dropped(ev, err)
 			return true
 		}
-		delay := backoff.Step()
+		delay := retry.After(&backoff, err)
 		w.log.Debug("record event; will retry", "reason", ev.Reason, "err", err, "in", delay)
 		t := w.clock.NewTimer(delay)
 		w.armed.Add(1)

@@ -3,9 +3,13 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/node-resized/node-resized/kube/internal/kubetest"
+	"github.com/node-resized/node-resized/kube/internal/retry"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/types"
 )
@@ -146,6 +151,32 @@ func TestEventRetriedWhileTheAPIServerIsAway(t *testing.T) {
 	kubetest.WaitFor(t, "the event", func() bool { return len(typedEvents(t, h.api)) == 1 })
 	if h.fail.count() != 3 || h.dropped() != 0 {
 		t.Errorf("%d tries, %v dropped; want 3 and none", h.fail.count(), h.dropped())
+	}
+}
+
+// TestEventKeptThroughAnOutage: tries that reach no API server (a
+// refused connection) do not count towards eventTries, and each waits
+// at most a jittered retry.ReconnectCap, even with a backoff whose limit
+// is above it: the event lands when the server is back.
+func TestEventKeptThroughAnOutage(t *testing.T) {
+	refused := &url.Error{Op: "Post", URL: "https://10.0.0.1:6443/apis/events.k8s.io/v1/namespaces/default/events",
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	if testMaxBackoff <= retry.ReconnectCap*3/2 {
+		t.Fatalf("testMaxBackoff %v does not reach above the cap", testMaxBackoff)
+	}
+	tries := 3 * eventTries
+	h := newEventHarness(t, tries, refused)
+	h.run(t)
+	h.w.record(h.w.event(corev1.EventTypeNormal, "Outage", "Resize", "n"))
+	stepped := int64(0)
+	for try := 1; try <= tries; try++ {
+		kubetest.WaitFor(t, fmt.Sprintf("retry wait %d", try), func() bool { return h.w.armed.Load() > stepped && h.clock.HasWaiters() })
+		stepped = h.w.armed.Load()
+		h.clock.Step(retry.ReconnectCap * 3 / 2)
+	}
+	kubetest.WaitFor(t, "the event", func() bool { return len(typedEvents(t, h.api)) == 1 })
+	if n := h.fail.count(); n != tries+1 || h.dropped() != 0 {
+		t.Errorf("%d tries, %v dropped; want %d and none", n, h.dropped(), tries+1)
 	}
 }
 

@@ -67,7 +67,8 @@ func parseUnstructured(u *unstructured.Unstructured) (types.NodeView, error) {
 // selector on its name) from the API server's cache (resourceVersion 0),
 // watches it from there with bookmarks, relists when the watch's
 // resourceVersion is too old, and restarts after failures with the relay's
-// jittered backoff. The reflector logs through the relay's logger, its
+// jittered backoff; an unreachable API server is waited out by
+// nodeListWatch, at most retry.ReconnectCap between tries. The reflector logs through the relay's logger, its
 // failures (which it retries) as warnings.
 func (r *Relay) watchNode(ctx context.Context) {
 	logger := logr.FromSlogHandler(retriedHandler{r.log.Handler()})
@@ -107,25 +108,61 @@ func (h retriedHandler) WithGroup(name string) slog.Handler {
 	return retriedHandler{h.Handler.WithGroup(name)}
 }
 
-// nodeListWatch lists and watches only this Node, as unstructured objects.
+// nodeListWatch lists and watches only this Node, as unstructured objects,
+// waiting out an unreachable API server itself (untilReachable).
 func (r *Relay) nodeListWatch() cache.ListerWatcher {
-	return nodeListWatch(r.nodes, r.opts.NodeName)
+	return nodeListWatch(r.nodes, r.opts.NodeName, r.opts.MinBackoff, r.log)
 }
 
 // nodeListWatch lists and watches only the Node name, as unstructured
-// objects.
-func nodeListWatch(nodes dynamic.ResourceInterface, name string) cache.ListerWatcher {
+// objects. A list or watch that reaches no API server is tried again
+// after at most retry.ReconnectCap (jittered), rather than handed to the
+// reflector: the reflector's own backoff would grow through an outage to
+// half a minute and more and only shrink again two minutes after it, so
+// that a node saw its Node again up to a minute after the API server was
+// back.
+func nodeListWatch(nodes dynamic.ResourceInterface, name string, first time.Duration, log *slog.Logger) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	return noWatchList{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return nodes.List(ctx, o)
+			return untilReachable(ctx, first, log, "list", func() (runtime.Object, error) { return nodes.List(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return nodes.Watch(ctx, o)
+			return untilReachable(ctx, first, log, "watch", func() (watch.Interface, error) { return nodes.Watch(ctx, o) })
 		},
 	}}
+}
+
+// untilReachable calls fn until it gets an answer from the API server (or
+// ctx ends), waiting a jittered delay from first up to
+// retry.ReconnectCap between tries, and returns that answer. It logs the
+// first try that reached no server, and the answer that ends an outage.
+// It keeps the real clock, as the reflector does.
+func untilReachable[T any](ctx context.Context, first time.Duration, log *slog.Logger, what string, fn func() (T, error)) (T, error) {
+	backoff := retry.Backoff(first, retry.ReconnectCap)
+	var since time.Time
+	for {
+		v, err := fn()
+		if !retry.Unreachable(err) || ctx.Err() != nil {
+			if !since.IsZero() {
+				log.Info("API server reachable again; Node "+what+" resumed", "unreachable_for", time.Since(since).Round(time.Millisecond))
+			}
+			return v, err
+		}
+		if since.IsZero() {
+			since = time.Now()
+			log.Warn("API server unreachable; Node "+what+" will retry", "err", err, "max_delay", retry.ReconnectCap)
+		}
+		t := time.NewTimer(backoff.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+	}
 }
 
 // noWatchList makes the reflector start with a plain list rather than a

@@ -63,7 +63,9 @@ type Options struct {
 	// After a failed API call the wait starts at RetryInterval and doubles
 	// with each failure in a row up to MaxRetryInterval, each stretched by
 	// up to 1.5, so that a fleet spreads its retries after an API server
-	// outage.
+	// outage; while the API server is unreachable (refused, reset, timed
+	// out) the wait is at most retry.ReconnectCap (2s, jittered), so that
+	// the evictions resume soon after it is back.
 	RetryInterval time.Duration
 	// MaxRetryInterval caps the backoff after failed API calls (default
 	// DefaultMaxRetryInterval).
@@ -124,6 +126,7 @@ type Evictor struct {
 	noted    map[string]bool       // log lines said once per generation
 	poll     wait.Backoff          // the steady wait (RetryInterval, jittered)
 	failures wait.Backoff          // the backoff after failed API calls; reset by a pass without one
+	failErr  error                 // the last failed call's error (retry.After caps the wait when unreachable)
 }
 
 // New returns an evictor for the pods of opts.NodeName that lists
@@ -210,7 +213,7 @@ func (e *Evictor) Run(ctx context.Context) error {
 			timer = e.clock.NewTimer(e.poll.Step())
 			e.armed.Add(1)
 		case passFailed:
-			timer = e.clock.NewTimer(e.failures.Step())
+			timer = e.clock.NewTimer(retry.After(&e.failures, e.failErr))
 			e.armed.Add(1)
 		}
 	}
@@ -268,6 +271,7 @@ func (e *Evictor) pass(ctx context.Context, j job) outcome {
 		}
 		e.m.ResizeErrors.WithLabelValues("eviction").Inc()
 		e.log.Warn("list the node's pods; will retry", "err", err)
+		e.failErr = err
 		return passFailed
 	}
 	usages, leaving := e.usages(pods)
@@ -364,6 +368,7 @@ func (e *Evictor) evicted1(ev decide.Evict, v PodUsage, err error) (out outcome,
 	e.m.ResizeErrors.WithLabelValues("eviction").Inc()
 	e.report(types.EvictionReport{Generation: ev.Generation, Blocked: fmt.Sprintf("pod %s: eviction failed: %v", v, err)})
 	e.log.Warn("evict pod; will retry", "pod", v.String(), "err", err, "generation", ev.Generation)
+	e.failErr = err
 	return passFailed, true
 }
 

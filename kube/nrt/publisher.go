@@ -167,7 +167,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			delay := backoff.Step()
+			delay := retry.After(&backoff, err)
 			p.failed(err, delay)
 			again = p.clock.NewTimer(delay)
 			continue

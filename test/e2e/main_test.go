@@ -23,6 +23,7 @@ const (
 	nodeA2      = "e2e-path-a2"
 	nodeB       = "e2e-path-b"
 	nodeOutage  = "e2e-outage"
+	nodeBack    = "e2e-outage-back"
 	nodeBurst   = "e2e-burst"
 	nodeHotplug = "e2e-hotplug"
 	nodeEvict   = "e2e-eviction"
@@ -70,7 +71,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeProbes, nodeUninst},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBack, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeProbes, nodeUninst},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)

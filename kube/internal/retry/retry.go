@@ -1,9 +1,14 @@
 package retry
 
 import (
+	"errors"
+	"io"
 	"math"
+	"net"
+	"syscall"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 )
@@ -50,4 +55,43 @@ func Stop(t clock.Timer) {
 	if t != nil {
 		t.Stop()
 	}
+}
+
+// ReconnectCap bounds the retry delay after a call that got no answer
+// from an API server (Unreachable): while the server is away, each try
+// costs it nothing, and the sooner a node tries again once it is back,
+// the sooner the node is right. The delay still doubles up to it from the
+// backoff's first delay and is jittered by Jitter, so that a fleet's
+// retries stay out of step: after an outage the nodes come back spread
+// over ReconnectCap·(1+Jitter), not in the same instant, and not tens of
+// seconds late because their backoff grew during it.
+const ReconnectCap = 2 * time.Second
+
+// Unreachable reports whether err says that the call got no answer from
+// an API server: the connection was refused, reset or timed out, or the
+// stream ended early. An API server that answers, even with an error or
+// "too many requests", is not unreachable: its errors keep the full
+// backoff.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// After steps b once for a call that failed with err and returns the
+// delay before the next try: b's own, but no more than a jittered
+// ReconnectCap when the API server was unreachable.
+func After(b *wait.Backoff, err error) time.Duration {
+	d := b.Step()
+	if Unreachable(err) {
+		d = min(d, wait.Jitter(ReconnectCap, Jitter))
+	}
+	return d
 }
