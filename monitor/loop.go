@@ -49,6 +49,9 @@ type batch struct {
 	// than a uevent (lost events, a resync, the MemTotal watch) is in the
 	// batch.
 	full bool
+	// loss says an input of the batch took capacity away (or may have:
+	// lost events).
+	loss bool
 }
 
 // fullReason says why the batch reads the whole machine: its first
@@ -153,9 +156,12 @@ type loop struct {
 	// zero before the first. burst says that an input has been held since
 	// the last leading edge: a burst is under way. An input is a leading
 	// edge, rebuilt at once, when it comes a quiet window after active or
-	// later, or, while no burst is under way, a quarter of one.
-	active time.Time
-	burst  bool
+	// later, or, while no burst is under way, a quarter of one, or at any
+	// time when it is a gain and the first input after the rebuild of a
+	// loss (afterLoss).
+	active    time.Time
+	burst     bool
+	afterLoss bool
 }
 
 func (m *Monitor) newLoop(snap *topology.Snapshot) *loop {
@@ -225,7 +231,7 @@ func (l *loop) run(ctx context.Context) {
 func (l *loop) intake(it item) {
 	if it.lost {
 		// Lost events are never delayed: what they hid may be a loss.
-		l.arrive(TriggerLost, l.clock.Now(), true, false)
+		l.arrive(TriggerLost, l.clock.Now(), true, false, false)
 		return
 	}
 	if it.gap {
@@ -235,7 +241,7 @@ func (l *loop) intake(it item) {
 		// moved. A lost CPU or memory block moves them, so no loss
 		// hides behind a gap; a block added offline (no capacity) waits
 		// for the next event that names it or the periodic resync.
-		l.arrive(TriggerGap, l.clock.Now(), true, false)
+		l.arrive(TriggerGap, l.clock.Now(), true, false, false)
 		return
 	}
 	l.m.countUevent()
@@ -254,7 +260,8 @@ func (l *loop) intake(it item) {
 	// its blocks' arrival and one for their capacity.
 	held := dev.Kind == topology.DeviceMemory && (it.ev.Action == uevent.ActionAdd || it.ev.Action == uevent.ActionOnline)
 	snap, _ := l.m.Snapshot()
-	b := l.arrive(TriggerUevent, at, loss(snap, it.ev.Action, dev), held)
+	gain := it.ev.Action == uevent.ActionOnline || it.ev.Action == uevent.ActionAdd
+	b := l.arrive(TriggerUevent, at, loss(snap, it.ev.Action, dev), held, gain)
 	b.events++
 	b.devs = append(b.devs, dev)
 	if it.ev.Seqnum != 0 {
@@ -272,7 +279,7 @@ func (l *loop) overflowed() {
 	m.cfg.Metrics.UeventsDropped.WithLabelValues("queue_full").Inc()
 	m.countLost()
 	m.log.Warn("uevent queue full; events lost, rescanning the machine", "queue_size", m.cfg.QueueSize)
-	l.arrive(TriggerLost, l.clock.Now(), true, false)
+	l.arrive(TriggerLost, l.clock.Now(), true, false, false)
 }
 
 // loss says whether a uevent takes away capacity the model snap holds: an
@@ -306,7 +313,7 @@ func (l *loop) pollMemTotal(at time.Time) {
 		// blocks seen before its uevent: it joins the onliner's burst
 		// rather than leading a change of its own.
 		busy := m.cfg.Busy
-		l.arrive(TriggerMemTotal, at, mt < cur, mt > cur && busy != nil && busy())
+		l.arrive(TriggerMemTotal, at, mt < cur, mt > cur && busy != nil && busy(), mt > cur)
 	}
 }
 
@@ -332,10 +339,14 @@ func (l *loop) open() *batch {
 //     single event, and the first of a burst, within the rebuild's time,
 //     and a loss is never held. An input is a leading edge when the loop
 //     has taken no timed input and rebuilt none for a quiet window, or,
-//     while no burst is under way, for a quarter of one: single events a
-//     few milliseconds apart (a CPU taken offline and brought back) are
-//     each rebuilt at once. A held input (a memory block added or
-//     onlined) is never a leading edge;
+//     while no burst is under way, for a quarter of one, or when it is a
+//     gain (an online or add event, a MemTotal that grew) and the first
+//     input after a loss was rebuilt: single events a few milliseconds
+//     apart are each rebuilt at once, and so is a CPU brought back
+//     however soon after it was taken offline (the gain may undo the
+//     loss, and the loss's rebuild ended whatever came before it; the
+//     removals that follow offlines still make one burst). A held input
+//     (a memory block added or onlined) is never a leading edge;
 //   - any other input starts a burst, or goes on with it: it opens the
 //     burst's trailing batch or extends it, pushing its deadline out to
 //     the end of the quiet window but never past MaxWait from the batch's
@@ -345,7 +356,7 @@ func (l *loop) open() *batch {
 // The quiet window counts from when the loop takes the input, not from
 // its arrival: inputs that queued up while the loop was rebuilding are
 // one burst, not a row of late batches each already past its window.
-func (l *loop) arrive(t Trigger, at time.Time, loss, held bool) *batch {
+func (l *loop) arrive(t Trigger, at time.Time, loss, held, gain bool) *batch {
 	b := l.open()
 	b.addTrigger(t)
 	if t != TriggerUevent && t != TriggerGap {
@@ -356,8 +367,10 @@ func (l *loop) arrive(t Trigger, at time.Time, loss, held bool) *batch {
 	}
 	now := l.clock.Now()
 	gap, quiet := now.Sub(l.active), l.m.cfg.Quiet
-	leading := !held && (l.active.IsZero() || gap >= quiet || (!l.burst && gap >= quiet/4))
+	leading := !held && (l.active.IsZero() || gap >= quiet || (!l.burst && (gap >= quiet/4 || (gain && l.afterLoss))))
 	l.active = now
+	l.afterLoss = false
+	b.loss = b.loss || loss
 	if leading {
 		l.burst = false
 	}
@@ -418,6 +431,7 @@ func (l *loop) rebuildIfDue() {
 	l.pending = l.m.rebuild(b, func() int { return len(l.queue) })
 	if !b.first.IsZero() {
 		l.active = l.clock.Now()
+		l.afterLoss = b.loss && l.pending == nil
 	}
 	if l.pending != nil {
 		l.arm(l.pending.deadline)

@@ -493,6 +493,39 @@ func TestSingleEventsAreEachALeadingEdge(t *testing.T) {
 	h.nextIdle()
 }
 
+// A CPU taken offline and brought back at once (1ms later, the way a
+// test's cycle or an operator's toggle does it) is two changes rebuilt at
+// once: the first input after a loss's rebuild is a leading edge however
+// soon it comes. The input after it, as soon, begins a burst as before.
+func TestGainRightAfterALossIsALeadingEdge(t *testing.T) {
+	h := start(t, Config{Quiet: 20 * time.Millisecond, MaxWait: time.Second, MemPoll: -1, Resync: -1})
+	h.machine.set(topology.CPUSet{0, 1, 2}, 4<<30)
+	h.src.injectDev("/devices/system/cpu/cpu2", "cpu", uevent.ActionOnline, 1)
+	h.nextIdle()
+	for i, seq := 0, uint64(2); i < 3; i, seq = i+1, seq+2 {
+		h.clock.Step(time.Millisecond)
+		h.machine.set(topology.CPUSet{0, 2}, 4<<30)
+		h.src.injectDev("/devices/system/cpu/cpu1", "cpu", uevent.ActionOffline, seq)
+		exactly(t, fmt.Sprintf("cycle %d: the wait of the offline", i), h.flush(), 0)
+		if c := h.nextIdle(); c.Capacity[resources.CPU] != 2000 {
+			t.Fatalf("cycle %d: offline change to cpu %d, want 2 CPUs", i, c.Capacity[resources.CPU])
+		}
+		h.clock.Step(time.Millisecond)
+		h.machine.set(topology.CPUSet{0, 1, 2}, 4<<30)
+		h.src.injectDev("/devices/system/cpu/cpu1", "cpu", uevent.ActionOnline, seq+1)
+		exactly(t, fmt.Sprintf("cycle %d: the wait of the online 1ms after the offline", i), h.flush(), 0)
+		if c := h.nextIdle(); c.Events != 1 || c.Capacity[resources.CPU] != 3000 || c.Latency() != 0 {
+			t.Fatalf("cycle %d: online change of %d events, cpu %d, latency %v; want the event alone at once, 3 CPUs", i, c.Events, c.Capacity[resources.CPU], c.Latency())
+		}
+	}
+	// A gain 1ms after that gain (no loss between) begins a burst.
+	h.clock.Step(time.Millisecond)
+	h.machine.set(topology.CPUSet{0, 1, 2, 3}, 4<<30)
+	h.src.injectDev("/devices/system/cpu/cpu3", "cpu", uevent.ActionOnline, 8)
+	exactly(t, "the wait of a second gain 1ms after a gain", h.flush(), 20*time.Millisecond)
+	h.nextIdle()
+}
+
 // A loss in the middle of a burst is not held: it is rebuilt at once, with
 // the inputs that were waiting for the burst to end.
 func TestLossIsNeverHeld(t *testing.T) {
