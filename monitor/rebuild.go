@@ -25,6 +25,10 @@ func (m *Monitor) rebuild(b *batch, queued func() int) *batch {
 	m.mu.RLock()
 	old := m.snap
 	m.mu.RUnlock()
+	first, c := m.cpusFirst(old, b)
+	if first != nil {
+		old = first
+	}
 	start := m.clock.Now()
 	snap, how, err := m.readModel(old, b)
 	took := m.clock.Since(start)
@@ -34,15 +38,60 @@ func (m *Monitor) rebuild(b *batch, queued func() int) *batch {
 	}
 	snap, how = m.verify(old, b, snap, how, queued)
 	diff := topology.Diff(old, snap)
-	if len(diff) == 0 {
+	switch {
+	case len(diff) == 0 && first != nil:
+		// The rest of the machine is as it was: the CPUs' change
+		// stands as published.
+		m.mu.Lock()
+		m.snap = snap
+		m.mu.Unlock()
+		b.reply(ResyncResult{Changed: true, Change: c}, nil)
+		return nil
+	case len(diff) == 0:
 		m.unchanged(b, snap, how, took)
 		return nil
 	}
-	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "changed").Inc()
-	c := m.install(snap, b, how, diff, took)
-	b.reply(ResyncResult{Changed: true, Change: &c}, nil)
+	if first == nil {
+		m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "changed").Inc()
+	}
+	c2 := m.install(snap, b, how, diff, took)
+	b.reply(ResyncResult{Changed: true, Change: &c2}, nil)
 	return nil
 }
+
+// cpusFirst publishes the CPUs' part of a batch of CPU events before the
+// rest of the machine is read (topology.FS.UpdateCPUs): a CPU's capacity
+// reaches the subscribers after reading what any model of it must read,
+// and rebuild then reads the rest, installing a second change only when
+// something besides the CPUs moved. It returns the installed model and
+// its change, or nil when the batch is not CPU events only, nothing
+// changed in them, or the read said to read the rest first.
+func (m *Monitor) cpusFirst(old *topology.Snapshot, b *batch) (*topology.Snapshot, *Change) {
+	fm, ok := m.machine.(cpuMachine)
+	if !ok || b.full || old == nil || len(b.devs) == 0 {
+		return nil, nil
+	}
+	start := m.clock.Now()
+	snap, why, err := fm.UpdateCPUs(old, b.devs)
+	if err != nil || why != "" {
+		return nil, nil // Update says what went wrong, or reads it all
+	}
+	diff := topology.Diff(old, snap)
+	if len(diff) == 0 {
+		return nil, nil
+	}
+	m.cfg.Metrics.Rebuilds.WithLabelValues(string(b.triggers[0]), "changed").Inc()
+	c := m.install(snap, b, Rebuild{Kind: RebuildIncremental}, diff, m.clock.Since(start))
+	return snap, &c
+}
+
+// cpuMachine is a Machine that reads a batch of CPU events' part of the
+// model by itself (topology.FS).
+type cpuMachine interface {
+	UpdateCPUs(prev *topology.Snapshot, devs []topology.Device) (*topology.Snapshot, string, error)
+}
+
+var _ cpuMachine = topology.FS{}
 
 // readModel reads the batch's model: the whole machine when the batch holds
 // more than uevents, otherwise the update of old by the devices they

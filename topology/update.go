@@ -104,7 +104,7 @@ func (fs FS) Update(prev *Snapshot, devs []Device) (s *Snapshot, full string, er
 	}
 	if prev == nil {
 		full = "no previous model"
-	} else if s, full, err = fs.update(prev, devs); err != nil {
+	} else if s, full, err = fs.update(prev, devs, false); err != nil {
 		full = "incremental read failed: " + err.Error()
 	}
 	if full == "" {
@@ -114,17 +114,45 @@ func (fs FS) Update(prev *Snapshot, devs []Device) (s *Snapshot, full string, er
 	return s, full, err
 }
 
+// UpdateCPUs is the part of Update that a batch of CPU events needs
+// first: the model with the named CPUs re-read, from what any model of an
+// online or offline CPU must read (the four CPU lists, each named CPU's
+// directory, the node directories, the node that links each online one
+// and its topology ids), and everything else (the memory, hugepages,
+// pid_max, the kubelet root filesystem) taken from prev unread. So a CPU
+// event's capacity can be published at the kernel's floor, before the
+// rest is read.
+//
+// It never reads the whole machine: why is non-empty, with no snapshot,
+// when the batch named anything but CPUs, prev is nil, or what it read
+// does not add up the way Update would find (a CPU list moved for a CPU
+// no event named, the node directories changed). Update with the same
+// arguments then reads the rest; the two agree unless something other
+// than the named CPUs changed, which Update's model then shows.
+func (fs FS) UpdateCPUs(prev *Snapshot, devs []Device) (s *Snapshot, why string, err error) {
+	if err := fs.ready(); err != nil {
+		return nil, "", err
+	}
+	if prev == nil {
+		return nil, "no previous model", nil
+	}
+	return fs.update(prev, devs, true)
+}
+
 // update does the incremental part of Update: a snapshot, or the reason
-// it must be read whole.
-func (fs FS) update(prev *Snapshot, devs []Device) (*Snapshot, string, error) {
+// it must be read whole. With cpusOnly (UpdateCPUs) it takes only CPU
+// events and reads nothing but what they need.
+func (fs FS) update(prev *Snapshot, devs []Device, cpusOnly bool) (*Snapshot, string, error) {
 	var cpus, blocks []int
 	for _, d := range devs {
-		switch d.Kind {
-		case DeviceCPU:
+		switch {
+		case d.Kind == DeviceCPU:
 			cpus = append(cpus, d.ID)
-		case DeviceMemory:
+		case cpusOnly:
+			return nil, "an event named " + d.String() + ", not a CPU", nil
+		case d.Kind == DeviceMemory:
 			blocks = append(blocks, d.ID)
-		case DeviceNode:
+		case d.Kind == DeviceNode:
 			return nil, d.String() + " event", nil
 		default:
 			return nil, "an event named no cpu, memory block or node", nil
@@ -173,6 +201,13 @@ func (fs FS) update(prev *Snapshot, devs []Device) (*Snapshot, string, error) {
 		if err := u.cpu(r, nodes, c, s.CPUs.Online.Contains(c)); err != nil {
 			return nil, "", err
 		}
+	}
+	if cpusOnly {
+		s.Nodes = u.nodes
+		s.MemoryBlocks = prev.MemoryBlocks
+		s.MemTotal, s.SwapTotal, s.Hugepages = prev.MemTotal, prev.SwapTotal, prev.Hugepages
+		s.EphemeralStorage, s.EphemeralStorageError, s.PIDMax = prev.EphemeralStorage, prev.EphemeralStorageError, prev.PIDMax
+		return s, "", nil
 	}
 
 	// Memory blocks, and the nodes they belong to.

@@ -287,7 +287,7 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 				}
 				prev := snapshotOf(t, fsys)
 				p := &stepper{t: t, rnd: rand.New(rand.NewPCG(uint64(seed), 9)), tree: tree}
-				var fallbacks, incremental int
+				var fallbacks, incremental, fastOnes int
 				for i := range steps {
 					// A batch of one to three changes, as one coalescing
 					// window collects them.
@@ -308,6 +308,17 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 					desc := fmt.Sprintf("step %d (%s)", i, strings.Join(whats, "; "))
 
 					before := cloneSnapshot(prev)
+					// A batch whose every change is of CPUs, named by
+					// its events (no balloon, no lazy node memory).
+					allCPUs := !slices.ContainsFunc(devs, func(d Device) bool { return d.Kind != DeviceCPU }) &&
+						!slices.ContainsFunc(batch, func(s step) bool { return len(s.devs) == 0 })
+					var fast *Snapshot
+					var why string
+					if allCPUs {
+						if fast, why, err = fsys.UpdateCPUs(prev, devs); err != nil {
+							t.Fatalf("%s: UpdateCPUs: %v", desc, err)
+						}
+					}
 					got, full, err := fsys.Update(prev, devs)
 					if err != nil {
 						t.Fatalf("%s: Update: %v", desc, err)
@@ -329,6 +340,17 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 					if mustIncr && full != "" {
 						t.Fatalf("%s: fell back to a full rebuild: %s", desc, full)
 					}
+					// Only CPUs changed: the first half of the update
+					// is the whole model, unless the update had to
+					// read everything, and then it says why too.
+					switch {
+					case allCPUs && why == "" && !reflect.DeepEqual(fast, want):
+						t.Fatalf("%s: UpdateCPUs differs from the full rebuild: %v", desc, Diff(want, fast))
+					case allCPUs && why != "" && full == "":
+						t.Fatalf("%s: UpdateCPUs gave up (%s) where Update was incremental", desc, why)
+					case allCPUs && why == "":
+						fastOnes++
+					}
 					if full != "" {
 						fallbacks++
 					} else {
@@ -336,7 +358,10 @@ func TestUpdateMatchesSnapshot(t *testing.T) {
 					}
 					prev = got
 				}
-				t.Logf("%d incremental updates, %d full rebuilds", incremental, fallbacks)
+				t.Logf("%d incremental updates (%d of CPUs only, by UpdateCPUs too), %d full rebuilds", incremental, fastOnes, fallbacks)
+				if fastOnes == 0 && mc.m.Nodes != nil {
+					t.Error("no step was a batch of CPU events that UpdateCPUs read")
+				}
 			})
 		}
 	}
@@ -417,6 +442,59 @@ func TestUpdateRereadsLazyNodeMemory(t *testing.T) {
 			t.Errorf("Update(%v): node MemTotals %d, %d as before", devs, got.Nodes[0].MemTotal, got.Nodes[2].MemTotal)
 		}
 		prev = got
+	}
+}
+
+// UpdateCPUs reads the CPUs the events name and nothing of the memory
+// or the totals: a node's MemTotal moved lazily and pid_max changed at
+// the same time are left as they were, where Update reads them. Any
+// other device, and no previous model, make it give up.
+func TestUpdateCPUsReadsOnlyCPUs(t *testing.T) {
+	tree := propertyMachine(true).WriteTree(t, topologytest.Dir(t))
+	fsys, err := NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := snapshotOf(t, fsys)
+	tree.SetCPUOnline(5, true)
+	tree.SetNodeMemTotalKB(0, tree.NodeMemTotalKB(0)+1<<20)
+	if err := os.WriteFile(filepath.Join(tree.Proc, "sys/kernel/pid_max"), []byte("99999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cpu5 := []Device{{DeviceCPU, 5}}
+	fast, why, err := fsys.UpdateCPUs(prev, cpu5)
+	if err != nil || why != "" {
+		t.Fatalf("UpdateCPUs: %q, %v", why, err)
+	}
+	full, fullWhy, err := fsys.Update(prev, cpu5)
+	if err != nil || fullWhy != "" {
+		t.Fatalf("Update: %q, %v", fullWhy, err)
+	}
+	if !fast.CPUs.Online.Contains(5) || !reflect.DeepEqual(fast.CPUs, full.CPUs) {
+		t.Errorf("UpdateCPUs' CPUs %+v, Update's %+v", fast.CPUs, full.CPUs)
+	}
+	if fast.Nodes[0].MemTotal != prev.Nodes[0].MemTotal || fast.PIDMax != prev.PIDMax {
+		t.Errorf("UpdateCPUs read the memory or the totals: node0 MemTotal %d (was %d), pid_max %d (was %d)",
+			fast.Nodes[0].MemTotal, prev.Nodes[0].MemTotal, fast.PIDMax, prev.PIDMax)
+	}
+	if full.Nodes[0].MemTotal == prev.Nodes[0].MemTotal || full.PIDMax != 99999 {
+		t.Errorf("Update: node0 MemTotal %d, pid_max %d; want both re-read", full.Nodes[0].MemTotal, full.PIDMax)
+	}
+	if d := Diff(fast, full).String(); !strings.Contains(d, "node 0") && !strings.Contains(d, "node0") {
+		t.Logf("the rest Update read: %s", d)
+	}
+	for _, tc := range []struct {
+		prev *Snapshot
+		devs []Device
+	}{
+		{nil, cpu5},
+		{prev, []Device{{DeviceCPU, 5}, {DeviceMemory, 40}}},
+		{prev, []Device{{DeviceNode, 1}}},
+		{prev, []Device{{}}},
+	} {
+		if s, why, err := fsys.UpdateCPUs(tc.prev, tc.devs); s != nil || why == "" || err != nil {
+			t.Errorf("UpdateCPUs(%v): %v, %q, %v; want no model and why", tc.devs, s != nil, why, err)
+		}
 	}
 }
 
