@@ -382,6 +382,7 @@ type nodeVersion struct {
 	manager   string    // the field manager whose status entry is newest
 	rv        string
 	heartbeat bool // only the kubelet's Ready heartbeat changed
+	ready     bool // the Ready condition is True
 }
 
 func (v nodeVersion) String() string {
@@ -429,6 +430,7 @@ func (h *nodeHistory) add(n *corev1.Node) {
 	if c := capacityCondition(n); c != nil {
 		v.reason = string(c.Reason)
 	}
+	v.ready = nodeReady(n)
 	var newest time.Time
 	for _, m := range n.ManagedFields {
 		if m.Subresource != "status" || m.Time == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -294,6 +295,23 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 		newSince = k
 	}
 	kubeletWrites := s.kubeletWrites(t, what, newSince.Add(-off), want)
+	// Where the time to Ready went: the kubelet's own start (from its new
+	// process to its first Ready status with the target, as the Node
+	// watch saw it), the settle node-resized waits on purpose, and the
+	// rest, node-resized's part (detection, the patch, the restart's
+	// stop and pre-start).
+	if k := st.Kubelet.Started; !k.IsZero() && k.After(began) {
+		for _, v := range s.hist.all() {
+			if v.manager == "kubelet" && v.ready && want(v) && !v.at.Before(k.Add(-off)) {
+				own := v.at.Add(off).Sub(k)
+				part := v.at.Add(off).Sub(r.uevent) - settle - own
+				s.timing("%s: uevent->first Ready status with the target %v = settle %v + the kubelet's own start %v (process start->Ready) + node-resized's part %v (of it: uevent->patch %v, restart begun->new kubelet process %v)",
+					what, v.at.Add(off).Sub(r.uevent).Round(time.Millisecond), settle.Round(time.Millisecond), own.Round(time.Millisecond),
+					part.Round(time.Millisecond), r.patch.Round(time.Millisecond), k.Sub(began).Round(time.Millisecond))
+				break
+			}
+		}
+	}
 
 	// No fight: node-resized patches nothing from now on.
 	p0 := st.Kubernetes.Patches
@@ -343,6 +361,32 @@ func TestKubeletRestart(t *testing.T) {
 			t.Logf("timing: %s", l)
 		}
 	}()
+	// The kubelet's own start with nothing changed, to set beside the
+	// restarts below: systemctl restart kubelet -> its first Ready status.
+	t.Run("own-start", func(t *testing.T) {
+		off := time.Until(guestNow(t, n))
+		r0 := guestNow(t, n)
+		guestSh(t, n, "systemctl restart kubelet")
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no Ready status from the kubelet restarted by hand within 2m")
+			}
+			started := daemonStatus(t, n).Kubelet.Started
+			if started.Before(r0) {
+				continue // the daemon has not seen the new kubelet yet
+			}
+			i := slices.IndexFunc(s.hist.all(), func(v nodeVersion) bool {
+				return v.manager == "kubelet" && v.ready && !v.at.Add(off).Before(started)
+			})
+			if i < 0 {
+				continue
+			}
+			v := s.hist.all()[i]
+			s.timing("the kubelet's own start, nothing changed: systemctl restart kubelet->first Ready status %v (process start->Ready %v)",
+				v.at.Add(off).Sub(r0).Round(time.Millisecond), v.at.Add(off).Sub(started).Round(time.Millisecond))
+			break
+		}
+	})
 	ok := t.Run("a-cpu-hot-add", func(t *testing.T) {
 		nd, err := s.admin.CoreV1().Nodes().Get(context.Background(), n.Name(), metav1.GetOptions{})
 		if err != nil {
