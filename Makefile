@@ -9,8 +9,10 @@
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
 #                   etcd, kube-apiserver and kube-scheduler: about 8 minutes),
-#                   the kubelet parity modules of v1.34 to v1.36, and the Helm
-#                   chart's tests (chart-test)
+#                   the kubelet parity modules of v1.34 to v1.36, the Helm
+#                   chart's tests (chart-test) and a fleet of 10 agents (test/fleet)
+#   make fleet-bench the fleet benchmark: 100, 250 and 500 agents on one control
+#                   plane (FLEET_SIZES=...); the table goes to dist/fleet-bench.md
 #   make parity     checkpoint and allocatable parity with every supported
 #                   kubelet: v1.37 in the test module, then one module per older
 #                   version (a first build of each: 3 to 5 minutes)
@@ -46,7 +48,7 @@ FUZZTIME ?= 60s
 # this machine at most.
 NODE_PARALLEL ?= 1
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e parity chart-test e2e-vm e2e-node e2e-node-matrix cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -130,6 +132,18 @@ e2e:
 	cd test && $(GO) test -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/
 	$(PARITY_TEST)
 	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
+	cd test && $(GO) test -count=1 -v -timeout 15m ./fleet/
+
+# The fleet benchmark (test/fleet): 100, 250 and 500 real node-resized
+# processes against one control plane, a 60 s outage, a 2 minute idle
+# window; the results table goes to dist/fleet-bench.md. Not in CI (make
+# e2e runs 10 agents). FLEET_SIZES=100 runs one size.
+FLEET_SIZES ?= 100,250,500
+fleet-bench:
+	test/cluster/up -build-only
+	mkdir -p dist
+	cd test && NODE_RESIZED_FLEET_SIZES='$(FLEET_SIZES)' NODE_RESIZED_FLEET_OUTAGE=60s NODE_RESIZED_FLEET_IDLE=2m \
+		NODE_RESIZED_FLEET_OUT=$(CURDIR)/dist/fleet-bench.md $(GO) test -count=1 -v -timeout 120m -run '^TestFleet$$' ./fleet/
 
 # Every supported kubelet against node-resized's checkpoint rewrites (and,
 # for v1.37, its allocatable arithmetic), each with its own code.

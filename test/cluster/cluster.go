@@ -545,6 +545,17 @@ func (c *Cluster) Exited() error {
 	return nil
 }
 
+// APIServerPID is the running kube-apiserver's process id (to read its
+// CPU time), 0 while it is stopped.
+func (c *Cluster) APIServerPID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.apiserver == nil || c.apiserver.cmd.Process == nil {
+		return 0
+	}
+	return c.apiserver.cmd.Process.Pid
+}
+
 // StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 20 s)
 // and waits for it; etcd and the scheduler keep running. It is a no-op when
 // the API server is not running.

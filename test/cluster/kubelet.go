@@ -106,6 +106,11 @@ type KubeletOptions struct {
 	// NodeLeaseDuration is the Lease's duration; it is renewed every
 	// quarter of it. 0 means 40 s.
 	NodeLeaseDuration time.Duration
+	// PodSyncPeriod is how often the stand-in lists the pods bound to its
+	// Node to report them Running (and finish their deletion); 0 means
+	// 500 ms, a negative value turns the pod loop off (a fleet of
+	// stand-ins that run no pods).
+	PodSyncPeriod time.Duration
 	// NotReadyAfterStart, when set, makes the Node NotReady for this long
 	// after each start or Restart, as a real kubelet is until its first
 	// container runtime status check completes.
@@ -297,15 +302,21 @@ func (k *StandInKubelet) startLocked(ctx context.Context) error {
 	leaseDurationSeconds := int32(k.opts.NodeLeaseDuration / time.Second)
 	lc := lease.NewController(clock.RealClock{}, k.client, k.opts.NodeName, leaseDurationSeconds, nil,
 		k.opts.NodeLeaseDuration/4, k.opts.NodeName, corev1.NamespaceNodeLease, k.setNodeOwner(runCtx))
-	r.wg.Add(3)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		lc.Run(runCtx)
 	}()
-	go func() {
-		defer r.wg.Done()
-		k.podLoop(runCtx, 500*time.Millisecond)
-	}()
+	if p := k.opts.PodSyncPeriod; p >= 0 {
+		if p == 0 {
+			p = 500 * time.Millisecond
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			k.podLoop(runCtx, p)
+		}()
+	}
 	go func() {
 		defer r.wg.Done()
 		k.statusLoop(runCtx, r)
@@ -313,7 +324,7 @@ func (k *StandInKubelet) startLocked(ctx context.Context) error {
 	return nil
 }
 
-// statusLoop is the kubelet's syncNodeStatus loop (wait.Until every
+// statusLoop is the kubelet's syncNodeStatus loop (wait.JitterUntil every
 // NodeStatusUpdateFrequency), plus one extra sync when a NotReadyAfterStart
 // window closes, as the kubelet's fast status update does.
 func (k *StandInKubelet) statusLoop(ctx context.Context, r *kubeletRun) {
@@ -326,7 +337,9 @@ func (k *StandInKubelet) statusLoop(ctx context.Context, r *kubeletRun) {
 			}
 		}()
 	}
-	wait.UntilWithContext(ctx, func(ctx context.Context) { k.syncNodeStatus(ctx, r) }, k.opts.NodeStatusUpdateFrequency)
+	// The kubelet's own jitter (kubelet.go: wait.JitterUntil with 0.04),
+	// so that a fleet of stand-ins does not write in lockstep.
+	wait.JitterUntilWithContext(ctx, func(ctx context.Context) { k.syncNodeStatus(ctx, r) }, k.opts.NodeStatusUpdateFrequency, 0.04, true)
 }
 
 func (k *StandInKubelet) syncNodeStatus(ctx context.Context, r *kubeletRun) {

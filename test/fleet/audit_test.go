@@ -1,0 +1,176 @@
+package fleet
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// auditPolicy records every request's metadata once, when the response
+// is complete: who, what verb on what resource, when.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+
+// auditEntry is the part of an audit event the bench reads.
+type auditEntry struct {
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	URI       string `json:"requestURI"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	Received time.Time `json:"requestReceivedTimestamp"`
+}
+
+// resource is "nodes/status", "events", ...
+func (e auditEntry) resource() string {
+	if e.ObjectRef == nil {
+		return "-"
+	}
+	if e.ObjectRef.Subresource != "" {
+		return e.ObjectRef.Resource + "/" + e.ObjectRef.Subresource
+	}
+	return e.ObjectRef.Resource
+}
+
+// agent reports whether node-resized sent the request (its user agent).
+func (e auditEntry) agent() bool { return strings.HasPrefix(e.UserAgent, "node-resized") }
+
+// write says whether the request changes an object.
+func (e auditEntry) write() bool {
+	switch e.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
+// auditLog reads the API server's audit log as it grows.
+type auditLog struct {
+	path string
+	mu   sync.Mutex
+	off  int64
+	all  []auditEntry
+}
+
+// read takes the entries written since the last read.
+func (a *auditLog) read() ([]auditEntry, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, err := os.Open(a.path)
+	if err != nil {
+		return nil, fmt.Errorf("open the audit log: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(a.off, 0); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			break // a partial last line is read next time
+		}
+		a.off += int64(len(line))
+		var e auditEntry
+		if json.Unmarshal(line, &e) == nil {
+			a.all = append(a.all, e)
+		}
+	}
+	return a.all, nil
+}
+
+// between returns the entries received in [from, to).
+func (a *auditLog) between(from, to time.Time) []auditEntry {
+	all, _ := a.read()
+	var out []auditEntry
+	for _, e := range all {
+		if !e.Received.Before(from) && e.Received.Before(to) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// counts sums requests by "verb resource".
+type counts map[string]int
+
+func count(es []auditEntry, keep func(auditEntry) bool) counts {
+	c := counts{}
+	for _, e := range es {
+		if keep(e) {
+			c[e.Verb+" "+e.resource()]++
+		}
+	}
+	return c
+}
+
+func (c counts) total() int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+func (c counts) writes() int {
+	n := 0
+	for k, v := range c {
+		if (auditEntry{Verb: strings.Fields(k)[0]}).write() {
+			n += v
+		}
+	}
+	return n
+}
+
+// per says the counts per node: "patch nodes/status 1.00, create events 1.02".
+func (c counts) per(nodes int) string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.2f", k, float64(c[k])/float64(nodes))
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+// peakRate is the highest request rate over any window-long span starting
+// at a request in es, and the rate over all of [from, to).
+func rates(es []auditEntry, from, to time.Time, window time.Duration) (peak, mean float64) {
+	ts := make([]time.Time, 0, len(es))
+	for _, e := range es {
+		ts = append(ts, e.Received)
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	j := 0
+	best := 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < window {
+			j++
+		}
+		best = max(best, j-i)
+	}
+	return float64(best) / window.Seconds(), float64(len(ts)) / to.Sub(from).Seconds()
+}
