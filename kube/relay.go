@@ -197,6 +197,8 @@ type Relay struct {
 	lastPatch        time.Time
 	// synced is whether the Node watch has listed the Node once.
 	synced bool
+	// view is the Node as last read (GetNode, the watch); nil before.
+	view *types.NodeView
 	// taintSeen is whether the Node was last seen carrying the taint (nil:
 	// not known), taintRefused the taint the API server last refused to
 	// set or lift (nil: none).
@@ -392,7 +394,13 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 			r.armed.Add(1)
 			continue
 		}
-		err := r.send(ctx, *want)
+		shown := r.shownAtStart(*want)
+		var err error
+		if shown {
+			err = r.sendTaint(ctx, *want)
+		} else {
+			err = r.send(ctx, *want)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -404,8 +412,38 @@ func (r *Relay) sendStatuses(ctx context.Context) {
 			continue
 		}
 		backoff = retry.Backoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+		if shown {
+			r.adopted(want)
+			continue
+		}
 		r.patched(want)
 	}
+}
+
+// shownAtStart reports whether s, the first status since node-resized
+// started, is what the Node shows already (capacity, allocatable and the
+// condition's status, reason and message, as last read): then it is not
+// patched, so that a restart of node-resized with nothing changed (a
+// DaemonSet rollout, an upgrade) writes nothing.
+func (r *Relay) shownAtStart(s types.NodeStatus) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent == nil && r.view != nil && shows(*r.view, s) && r.view.Condition.Message == s.Condition.Message
+}
+
+// adopted records want, which the Node showed already, as acknowledged.
+func (r *Relay) adopted(want *types.NodeStatus) {
+	r.mu.Lock()
+	r.lastErr = nil
+	r.sent = want
+	if r.want == want {
+		r.want = nil
+	} else {
+		r.wantFrom = r.wantAt
+	}
+	r.mu.Unlock()
+	r.log.Info("the Node shows the status already; not patched", "node", r.opts.NodeName,
+		"capacity", want.Capacity.String(), "condition", string(want.Condition.Reason))
 }
 
 // held returns how much longer the wanted status waits before it is
@@ -472,6 +510,12 @@ func (r *Relay) send(ctx context.Context, s types.NodeStatus) error {
 		return r.syncTaint(ctx, false)
 	}
 	return nil
+}
+
+// sendTaint is send for a status the Node shows already: only the taint
+// it asks for, if any, is set or lifted.
+func (r *Relay) sendTaint(ctx context.Context, s types.NodeStatus) error {
+	return r.syncTaint(ctx, s.Taint)
 }
 
 // patchFailed records a failed patch.

@@ -475,6 +475,42 @@ func nextView(t *testing.T, views <-chan types.NodeView) types.NodeView {
 	}
 }
 
+// TestNoPatchWhenTheNodeShowsTheStatusAtStart: the first status after a
+// start that the Node shows already (capacity, allocatable, condition
+// with its message) is not patched, so a restart with nothing changed
+// writes nothing; the next status that differs is patched, and so is a
+// first status whose message differs.
+func TestNoPatchWhenTheNodeShowsTheStatusAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		message string
+		patches uint64
+	}{
+		{"shown", "m", 0},
+		{"another message", "old", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			views := make(chan types.NodeView, 10)
+			h := startRelay(t, 0, viewRecorder{name: "v", log: new([]string), mu: new(sync.Mutex), views: views})
+			nextView(t, views) // the initial list
+			s := status(2, types.ReasonAccepted)
+			n := unstructuredNode(map[string]any{"cpu": "2", "memory": "8Gi"}, map[string]any{"cpu": "2", "memory": "7Gi"},
+				map[string]any{"type": types.ConditionType, "status": string(s.Condition.Status), "reason": string(s.Condition.Reason), "message": tc.message})
+			if _, err := h.nodes.Resource(objects.Nodes).Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			nextView(t, views)
+			h.r.Publish(s)
+			kubetest.WaitFor(t, "the status taken", func() bool { return !h.r.Stats().Pending && h.r.Stats().Patches == tc.patches })
+			if got := h.rec.count(); uint64(got) != tc.patches {
+				t.Fatalf("%d patches for a first status the Node shows with message %q, want %d", got, tc.message, tc.patches)
+			}
+			h.r.Publish(status(3, types.ReasonAccepted))
+			kubetest.WaitFor(t, "the next status patched", func() bool { return h.r.Stats().Patches == tc.patches+1 })
+		})
+	}
+}
+
 func TestClientConfigLimits(t *testing.T) {
 	cfg := clientConfig(&rest.Config{Host: "https://api:6443"}, Options{}.withDefaults())
 	if cfg.QPS != DefaultQPS || cfg.Burst != DefaultBurst || cfg.UserAgent != "node-resized" {

@@ -48,7 +48,18 @@ func (r *Relay) GetNode(ctx context.Context) (types.NodeView, error) {
 	if err != nil {
 		return types.NodeView{}, fmt.Errorf("get Node %s: %w", r.opts.NodeName, err)
 	}
-	return parseUnstructured(u)
+	v, err := parseUnstructured(u)
+	if err == nil {
+		r.noteView(v)
+	}
+	return v, err
+}
+
+// noteView keeps v as the Node last read.
+func (r *Relay) noteView(v types.NodeView) {
+	r.mu.Lock()
+	r.view = &v
+	r.mu.Unlock()
 }
 
 // parseUnstructured reads a Node decoded as unstructured JSON. Unstructured
@@ -214,6 +225,7 @@ func (r *Relay) observe(obj any) {
 		r.log.Warn("read the watched Node", "node", r.opts.NodeName, "err", err)
 		return
 	}
+	r.noteView(v)
 	r.mu.Lock()
 	subs := r.subs
 	r.mu.Unlock()

@@ -46,8 +46,11 @@ func (e auditEntry) resource() string {
 	return e.ObjectRef.Resource
 }
 
-// agent reports whether node-resized sent the request (its user agent).
-func (e auditEntry) agent() bool { return strings.HasPrefix(e.UserAgent, "node-resized") }
+// agent reports whether node-resized sent the request: its user agent is
+// "node-resized" (the stand-in kubelets' is node-resized-stand-in-kubelet).
+func (e auditEntry) agent() bool {
+	return e.UserAgent == "node-resized" || strings.HasPrefix(e.UserAgent, "node-resized/")
+}
 
 // write says whether the request changes an object.
 func (e auditEntry) write() bool {

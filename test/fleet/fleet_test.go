@@ -122,8 +122,10 @@ func sizes(t *testing.T) []int {
 
 // TestFleet runs a fleet of real node-resized processes against one
 // control plane, each with its own synthetic machine (4 of 8 CPUs online,
-// 4 GiB), its own Node registered by a stand-in kubelet (leases, a status
-// sync every 10 s, the kubelet's 100Mi eviction reservation) and the
+// 4 GiB), its own Node registered by a stand-in kubelet (the kubelet's
+// 100Mi eviction reservation, its Lease renewed every 10 s, no pod loop,
+// and no status sync after registration: a kubelet that has adopted what
+// node-resized publishes, as its restart makes a real one) and the
 // node identity of its kubeconfig, so that the Node authorizer and the
 // NodeRestriction admission plugin judge its requests as a kubelet's. It
 // counts node-resized's requests from the API server's audit log (its
@@ -463,6 +465,10 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 		kubeconfig, _ := cl.NodeKubeconfig(a.name)
 		k, err := cluster.StartStandInKubelet(kctx, cluster.KubeletOptions{
 			NodeName: a.name, Kubeconfig: kubeconfig, PodSyncPeriod: -1,
+			// A kubelet that has adopted what node-resized publishes (in
+			// production node-resized restarts it to get there): no
+			// status sync that would revert it, only the Lease.
+			NodeStatusUpdateFrequency: time.Hour, NodeStatusReportFrequency: time.Hour,
 			Machine: cluster.MachineView{
 				Capacity: corev1.ResourceList{
 					corev1.ResourceCPU:              resource.MustParse("4"),
@@ -524,6 +530,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	time.Sleep(3 * time.Second) // the events and any late write
 	sweepCPU := cpuSeconds(cl.APIServerPID()) - cpu0
 	sweepReq := count(audit.between(s0, time.Now()), auditEntry.agent)
+	patchesOf(t, "sweep", agents[0], s0)
 	sl := latencies(s0, seen)
 	t.Logf("sweep: write->Accepted p50 %v p99 %v max %v (all in %v); node-resized per node: %s (%.2f writes); apiserver CPU %.1f s",
 		quantile(sl, .5), quantile(sl, .99), quantile(sl, 1), s1.Sub(s0).Round(time.Millisecond), sweepReq.per(n), float64(sweepReq.writes())/float64(n), sweepCPU)
@@ -541,6 +548,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	seen = st.await(t, "the loss EmergencyReduced", names, 5*time.Minute, state(2, "EmergencyReduced", ""))
 	time.Sleep(3 * time.Second)
 	lossReq := count(audit.between(l0, time.Now()), auditEntry.agent)
+	patchesOf(t, "loss", agents[0], l0)
 	ll := latencies(l0, seen)
 	t.Logf("loss: change->EmergencyReduced p50 %v p99 %v max %v; node-resized per node: %s (%.2f writes)",
 		quantile(ll, .5), quantile(ll, .99), quantile(ll, 1), lossReq.per(n), float64(lossReq.writes())/float64(n))
@@ -618,6 +626,21 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	return fmt.Sprintf("| %d | %s | %v / %v | %s | %s | %v / %v | %.1f (steady %.1f req/s, every client) | %.1f |",
 		n, memory, quantile(sl, .5), quantile(sl, .99), sweepReq.per(n), lossReq.per(n), quantile(ol, .5), quantile(ol, .99),
 		mean10, steady, perHour)
+}
+
+// patchesOf logs the status patches and events a's daemon logged since
+// from: what one node's writes for the step were.
+func patchesOf(t *testing.T, step string, a *agent, from time.Time) {
+	t.Helper()
+	for _, msg := range []string{"Node status patched", "event recorded"} {
+		for _, r := range a.d.Stderr.Records(msg) {
+			at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
+			if at.Before(from) {
+				continue
+			}
+			t.Logf("%s: %s: %s %v %v %v", step, a.name, msg, r["capacity"], r["condition"], r["reason"])
+		}
+	}
 }
 
 // count2 keeps node-resized's entries.
