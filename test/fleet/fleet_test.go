@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -594,17 +593,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	// A rollout: every agent restarted at once, nothing changed.
 	time.Sleep(5 * time.Second)
 	r0 := time.Now()
-	each(t, agents, func(a *agent) error {
-		if err := a.d.Signal(syscall.SIGTERM); err != nil {
-			return err
-		}
-		select {
-		case <-a.d.Done():
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("did not stop within 30s")
-		}
-		return nil
-	})
+	each(t, agents, func(a *agent) error { return a.d.Terminate(30 * time.Second) })
 	for _, a := range agents {
 		a.d = daemontest.Start(t, daemonBin, a.args...)
 	}

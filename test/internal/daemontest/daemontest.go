@@ -159,6 +159,22 @@ func (d *Daemon) Stop(t testing.TB) error {
 	}
 }
 
+// Terminate is Stop for many daemons at once, from any goroutine: it
+// sends SIGTERM and waits up to timeout for the exit, returning the exit
+// error, or an error when the process did not exit in time.
+func (d *Daemon) Terminate(timeout time.Duration) error {
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-d.done:
+		d.once.Do(func() {})
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("daemon did not exit within %v of SIGTERM", timeout)
+	}
+}
+
 // Signal sends sig to the process.
 func (d *Daemon) Signal(sig os.Signal) error { return d.cmd.Process.Signal(sig) }
 
