@@ -69,8 +69,8 @@ type Options struct {
 	// delay doubles from MinBackoff up to MaxBackoff, and each delay is
 	// stretched by a random factor of up to 1.5 (see retry.Jitter), so that
 	// the nodes of a fleet do not retry in lockstep after an API server
-	// outage. While the API server is unreachable (refused, reset, timed
-	// out) the delay is at most retry.ReconnectCap (2s, jittered), so that
+	// outage. While the API server is unreachable (no connection, or one
+	// reset) the delay is at most retry.ReconnectCap (2s, jittered), so that
 	// the node is right soon after the server is back.
 	MinBackoff, MaxBackoff time.Duration
 	// GainWindow holds back a Node status that only adds capacity: it is

@@ -63,8 +63,8 @@ type Options struct {
 	// After a failed API call the wait starts at RetryInterval and doubles
 	// with each failure in a row up to MaxRetryInterval, each stretched by
 	// up to 1.5, so that a fleet spreads its retries after an API server
-	// outage; while the API server is unreachable (refused, reset, timed
-	// out) the wait is at most retry.ReconnectCap (2s, jittered), so that
+	// outage; while the API server is unreachable (no connection, or one
+	// reset) the wait is at most retry.ReconnectCap (2s, jittered), so that
 	// the evictions resume soon after it is back.
 	RetryInterval time.Duration
 	// MaxRetryInterval caps the backoff after failed API calls (default

@@ -314,15 +314,7 @@ func TestPathB(t *testing.T) {
 func TestAPIServerOutage(t *testing.T) {
 	e := setup(t, nodeOutage, envOptions{cpus: 4, kubeletGap: time.Hour})
 	e.waitState(4, "Accepted")
-	if err := cl.StopAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			_ = cl.StartAPIServer(context.Background())
-		}
-	})
+	back := stopAPIServer(t)
 	e.setCPUs(2)
 	st, err := e.status()
 	if err != nil {
@@ -337,12 +329,7 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Errorf("during the outage: %+v; want a pending patch and its error", st.Kubernetes)
 	}
 	e.setCPUs(3) // a second change while the server is away: the newest wins
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cl.StartAPIServer(ctx); err != nil {
-		t.Fatal(err)
-	}
-	restarted = true
+	back()
 	e.waitState(3, "Accepted")
 }
 
@@ -361,22 +348,9 @@ func TestChangeRightAfterOutage(t *testing.T) {
 	e := setup(t, nodeBack, envOptions{cpus: 4, kubeletGap: time.Hour})
 	e.configure(`{"cpu":"4"}`)
 	e.waitConfigured(4, "Accepted", `{"cpu":"4"}`)
-	if err := cl.StopAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			_ = cl.StartAPIServer(context.Background())
-		}
-	})
+	start := stopAPIServer(t)
 	time.Sleep(outageForBackoff)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cl.StartAPIServer(ctx); err != nil {
-		t.Fatal(err)
-	}
-	restarted = true
+	start()
 	back := time.Now()
 	e.configure(`{"cpu":"3"}`)
 	e.waitConfigured(3, "Accepted", `{"cpu":"3"}`)
@@ -388,6 +362,31 @@ func TestChangeRightAfterOutage(t *testing.T) {
 	if log := e.d.Stderr.String(); !strings.Contains(log, "API server reachable again; Node watch resumed") &&
 		!strings.Contains(log, "API server reachable again; Node list resumed") {
 		t.Errorf("the daemon logged no end of the outage for its Node watch")
+	}
+}
+
+// stopAPIServer stops the shared API server for an outage and returns
+// the function that starts it again (within a minute) and waits for it;
+// the test's cleanup starts it if the test ends first.
+func stopAPIServer(t *testing.T) (start func()) {
+	t.Helper()
+	if err := cl.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			_ = cl.StartAPIServer(context.Background())
+		}
+	})
+	return func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cl.StartAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		started = true
 	}
 }
 

@@ -159,16 +159,15 @@ func (c counts) per(nodes int) string {
 	return b.String()
 }
 
-// peakRate is the highest request rate over any window-long span starting
-// at a request in es, and the rate over all of [from, to).
+// rates returns the highest request rate of es over any window-long span
+// that starts at one of its requests, and its mean rate over [from, to).
 func rates(es []auditEntry, from, to time.Time, window time.Duration) (peak, mean float64) {
 	ts := make([]time.Time, 0, len(es))
 	for _, e := range es {
 		ts = append(ts, e.Received)
 	}
 	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
-	j := 0
-	best := 0
+	j, best := 0, 0
 	for i := range ts {
 		for j < len(ts) && ts[j].Sub(ts[i]) < window {
 			j++
@@ -176,4 +175,15 @@ func rates(es []auditEntry, from, to time.Time, window time.Duration) (peak, mea
 		best = max(best, j-i)
 	}
 	return float64(best) / window.Seconds(), float64(len(ts)) / to.Sub(from).Seconds()
+}
+
+// byAgents keeps node-resized's entries.
+func byAgents(es []auditEntry) []auditEntry {
+	var out []auditEntry
+	for _, e := range es {
+		if e.agent() {
+			out = append(out, e)
+		}
+	}
+	return out
 }

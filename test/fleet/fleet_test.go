@@ -586,7 +586,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	time.Sleep(max(0, 10*time.Second-time.Since(back)))
 	first10 := audit.between(back, back.Add(10*time.Second))
 	peak, mean10 := rates(first10, back, back.Add(10*time.Second), time.Second)
-	_, agentRate := rates(count2(first10), back, back.Add(10*time.Second), time.Second)
+	_, agentRate := rates(byAgents(first10), back, back.Add(10*time.Second), time.Second)
 	t.Logf("outage %v: the change made as the API server was back Accepted p50 %v p99 %v max %v; first 10 s: every client %.1f req/s (peak 1 s %.0f), node-resized %.1f req/s; steady %.1f req/s (%.1f×)",
 		outage, quantile(ol, .5), quantile(ol, .99), quantile(ol, 1), mean10, peak, agentRate, steady, mean10/math.Max(steady, 0.001))
 
@@ -630,15 +630,4 @@ func patchesOf(t *testing.T, step string, a *agent, from time.Time) {
 			t.Logf("%s: %s: %s %v %v %v", step, a.name, msg, r["capacity"], r["condition"], r["reason"])
 		}
 	}
-}
-
-// count2 keeps node-resized's entries.
-func count2(es []auditEntry) []auditEntry {
-	var out []auditEntry
-	for _, e := range es {
-		if e.agent() {
-			out = append(out, e)
-		}
-	}
-	return out
 }

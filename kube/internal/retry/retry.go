@@ -68,10 +68,11 @@ func Stop(t clock.Timer) {
 const ReconnectCap = 2 * time.Second
 
 // Unreachable reports whether err says that the call got no answer from
-// an API server: the connection was refused, reset or timed out, or the
-// stream ended early. An API server that answers, even with an error or
-// "too many requests", is not unreachable: its errors keep the full
-// backoff.
+// an API server: no connection could be made (refused, no route, the
+// dial timed out), or it was reset or ended early. An API server that
+// answers, even with an error or "too many requests", is not unreachable,
+// and neither is one that took a request and did not answer in time (it
+// may be overloaded): their errors keep the full backoff.
 func Unreachable(err error) bool {
 	if err == nil {
 		return false
@@ -81,8 +82,8 @@ func Unreachable(err error) bool {
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 		return true
 	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // After steps b once for a call that failed with err and returns the
