@@ -90,6 +90,7 @@ type Cluster struct {
 	apiPort        int
 	schedulerPort  int
 	apiserverArgs  []string
+	schedulerArgs  []string
 	caData         []byte // kube-apiserver's self-signed serving certificate bundle; set once by Start
 	adminToken     string
 	schedulerToken string
@@ -242,9 +243,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	// kube-scheduler
-	t0 = time.Now()
 	schedKubeconfig := filepath.Join(c.dir, "kubeconfig", "kube-scheduler.kubeconfig")
-	schedArgs := append([]string{
+	c.schedulerArgs = append([]string{
 		"--kubeconfig=" + schedKubeconfig,
 		"--authentication-kubeconfig=" + schedKubeconfig,
 		"--authorization-kubeconfig=" + schedKubeconfig,
@@ -255,20 +255,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--v=2",
 	}, opts.SchedulerArgs...)
 	c.mu.Lock()
-	c.scheduler, err = startProcess(c.lifetime, "kube-scheduler", filepath.Join(c.binDir, "kube-scheduler"), schedArgs, c.LogPath("kube-scheduler"))
+	err = c.runScheduler(ctx)
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		// The scheduler's own self-signed certificate, on loopback.
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
-	}}
-	schedURL := fmt.Sprintf("https://127.0.0.1:%d/healthz", c.schedulerPort)
-	if err := c.waitHTTP(ctx, c.scheduler, schedURL, insecure, nil); err != nil {
-		return nil, err
-	}
-	c.logf("cluster: kube-scheduler healthy after %v", time.Since(t0).Round(time.Millisecond))
 	c.logf("cluster: up in %s; admin kubeconfig %s", c.dir, c.AdminKubeconfig())
 	return c, nil
 }
@@ -344,6 +335,27 @@ func (c *Cluster) runAPIServer(ctx context.Context) error {
 		return err
 	}
 	c.logf("cluster: kube-apiserver ready at %s after %v", c.APIServerURL(), time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// runScheduler starts kube-scheduler with c.schedulerArgs and waits for
+// its health check. c.mu must be held.
+func (c *Cluster) runScheduler(ctx context.Context) error {
+	t0 := time.Now()
+	p, err := startProcess(c.lifetime, "kube-scheduler", filepath.Join(c.binDir, "kube-scheduler"), c.schedulerArgs, c.LogPath("kube-scheduler"))
+	if err != nil {
+		return err
+	}
+	c.scheduler = p
+	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		// The scheduler's own self-signed certificate, on loopback.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+	}}
+	schedURL := fmt.Sprintf("https://127.0.0.1:%d/healthz", c.schedulerPort)
+	if err := c.waitHTTP(ctx, p, schedURL, insecure, nil); err != nil {
+		return err
+	}
+	c.logf("cluster: kube-scheduler healthy after %v", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -556,6 +568,16 @@ func (c *Cluster) APIServerPID() int {
 	return c.apiserver.cmd.Process.Pid
 }
 
+// SchedulerPID is the running kube-scheduler's process id.
+func (c *Cluster) SchedulerPID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.scheduler == nil || c.scheduler.cmd.Process == nil {
+		return 0
+	}
+	return c.scheduler.cmd.Process.Pid
+}
+
 // StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 20 s)
 // and waits for it; etcd and the scheduler keep running. It is a no-op when
 // the API server is not running.
@@ -572,7 +594,9 @@ func (c *Cluster) StopAPIServer() error {
 
 // StartAPIServer starts kube-apiserver again after [Cluster.StopAPIServer],
 // on the same port, with the same etcd (so all objects survive), flags and
-// serving certificate, and waits for /readyz.
+// serving certificate, and waits for /readyz; then it restarts
+// kube-scheduler, whose watches would otherwise come back late, and waits
+// for its health check.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -587,7 +611,16 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		c.apiserver = nil
 		return err
 	}
-	return nil
+	// The scheduler is started anew: through the outage its informers'
+	// list-and-watch backed off (client-go doubles the delay up to 30 s,
+	// with as much again in jitter), so it would see pods and Nodes only
+	// up to a minute after the API server is back, and a test that runs
+	// next would wait on the harness, not on what it tests.
+	if c.scheduler != nil {
+		c.scheduler.Stop()
+		c.scheduler = nil
+	}
+	return c.runScheduler(ctx)
 }
 
 // Stop ends the scheduler, the API server and etcd, in that order, waits

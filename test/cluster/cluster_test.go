@@ -554,11 +554,16 @@ func TestAPIServerRestartKeepsNode(t *testing.T) {
 		t.Fatal("Get succeeded with the API server stopped")
 	}
 	time.Sleep(2 * time.Second) // the stand-in's heartbeats fail meanwhile
+	scheduler := c.SchedulerPID()
 	t1 := time.Now()
 	if err := c.StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("API server ready again %v after StartAPIServer", time.Since(t1).Round(time.Millisecond))
+	// The scheduler is a new process, not one whose watches back off.
+	if pid := c.SchedulerPID(); pid == 0 || pid == scheduler {
+		t.Errorf("kube-scheduler pid %d after StartAPIServer, %d before: want a new scheduler", pid, scheduler)
+	}
 	if err := c.StartAPIServer(ctx); err == nil {
 		t.Error("a second StartAPIServer succeeded while it runs")
 	}

@@ -117,7 +117,7 @@ func start(t testing.TB, prefix []string, bin string, args []string) *Daemon {
 	go func() { d.done <- d.cmd.Wait() }()
 	t.Cleanup(func() {
 		d.Kill()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("NODE_RESIZED_TEST_DAEMON_LOG") != "" {
 			t.Logf("daemon log (%s):\n%s", strings.Join(args, " "), d.Stderr.String())
 		}
 	})
