@@ -172,11 +172,14 @@ e2e-vm:
 
 # A QEMU guest that is a real node: systemd as PID 1, the real kubelet
 # (built from k8s.io/kubernetes, about 5 more minutes the first time) on a
-# fake CRI runtime, registered with the test control plane.
+# fake CRI runtime, or on containerd, runc and the CNI bridge (built from
+# their modules by test/node/build-runtime, with images made here),
+# registered with the test control plane.
 e2e-node:
 	test/cluster/up -build-only
 	test/vm/fetch
 	test/node/build
+	test/node/build-runtime
 	cd test && $(GO) test -count=1 -v -timeout 40m -parallel $(NODE_PARALLEL) ./node/
 
 # The kubelet version matrix (test/node/matrix_test.go, build tag matrix):

@@ -72,9 +72,14 @@ type Config struct {
 	// the test module requires. Like a File with Link, it must not be
 	// under a folder the guest mounts over (/tmp, /run, ...).
 	Kubelet string
-	// SkipBuild uses the binaries in BinDir as they are instead of running
-	// Build first.
+	// SkipBuild uses the binaries in BinDir (and RuntimeDir) as they are
+	// instead of running Build (and BuildRuntime) first.
 	SkipBuild bool
+	// Runtime is the container runtime: RuntimeFakeCRI (the default) or
+	// RuntimeContainerd, whose parts and images come from RuntimeDir (""
+	// means DefaultRuntimeDir; test/node/build-runtime builds them).
+	Runtime    string
+	RuntimeDir string
 	// Dir receives console.log, qemu.log and, at Close, guest/journal.log.
 	// "" uses a temporary folder that Close removes unless KeepDir is set.
 	Dir     string
@@ -179,6 +184,13 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	switch c.Runtime {
+	case "":
+		c.Runtime = RuntimeFakeCRI
+	case RuntimeFakeCRI, RuntimeContainerd:
+	default:
+		return fmt.Errorf("node: Config.Runtime %q: want %q or %q", c.Runtime, RuntimeFakeCRI, RuntimeContainerd)
 	}
 	return nil
 }
@@ -285,6 +297,27 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	var runtimeDir string
+	if cfg.Runtime == RuntimeContainerd {
+		if runtimeDir = cfg.RuntimeDir; runtimeDir == "" {
+			if runtimeDir, err = DefaultRuntimeDir(); err != nil {
+				return nil, err
+			}
+		}
+		if runtimeDir, err = filepath.Abs(runtimeDir); err != nil {
+			return nil, err
+		}
+		if cfg.SkipBuild {
+			err = checkRuntime(runtimeDir)
+		} else {
+			t0 := time.Now()
+			err = BuildRuntime(ctx, runtimeDir)
+			logf("node: containerd, runc, the CNI plugins, crictl and the images in %s ready after %v", runtimeDir, time.Since(t0).Round(time.Millisecond))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	kubeconfig, err := guestKubeconfig(cfg.API, cfg.Name)
 	if err != nil {
 		return nil, err
@@ -318,6 +351,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Runtime == RuntimeContainerd {
+		tree.addContainerd(runtimeDir)
+	}
 	var files []vm.File
 	for _, f := range cfg.Files {
 		if !path.IsAbs(f.Path) {
@@ -348,6 +384,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	files = append(files, vm.File{Path: "/node/links", Data: []byte(tree.links())})
 
 	modules := append(append(append([]string{}, vm.DefaultModules...), vm.ShareModules...), vm.NetModules...)
+	if cfg.Runtime == RuntimeContainerd {
+		modules = append(modules, runtimeModules...) // the CNI bridge's
+	}
 	n.initrd = filepath.Join(n.dir, "initramfs.cpio")
 	if _, err := vm.BuildInitramfs(vm.InitramfsConfig{
 		Kernel:  cfg.Kernel,
@@ -452,7 +491,7 @@ func (n *Node) waitReady(ctx context.Context, timeout time.Duration, logf func(s
 }
 
 // diagnostics returns what the guest says about a boot that did not reach
-// Node Ready: failed units, and the fakecri and kubelet journals' tails.
+// Node Ready: failed units, and the runtime's and the kubelet's journals' tails.
 func (n *Node) diagnostics() string {
 	if n.VM == nil {
 		return ""
@@ -467,7 +506,7 @@ func (n *Node) diagnostics() string {
 	var b strings.Builder
 	for _, c := range []string{
 		"systemctl is-system-running; systemctl --failed --no-legend --plain",
-		"journalctl -u fakecri -b --no-pager -n 10 -o cat",
+		"journalctl -u fakecri -u containerd -u node-images -b --no-pager -n 30 -o cat",
 		"journalctl -u kubelet -b --no-pager -n 40 -o cat",
 	} {
 		out, _, err := n.Exec(ctx, c)
