@@ -131,20 +131,6 @@ func canonical(raw json.RawMessage) string {
 // machine state.
 func (m memState) nodeMemory(id string) uint64 { return m.MachineState[id].MemoryMap["memory"].Total }
 
-// refusals are what a kubelet logs when its container manager will not
-// start on its checkpoints: the static CPU policy's check of the CPU set,
-// a checkpoint it cannot restore, the memory manager's machine state.
-var refusals = []string{"doesn't match with CPUs in state", "could not restore state from checkpoint", "Failed to start ContainerManager"}
-
-func noRefusal(t *testing.T, n *Node, what string, since time.Time) {
-	t.Helper()
-	for _, r := range refusals {
-		if es := kubeletLog(t, n, r, since); len(es) > 0 {
-			t.Errorf("%s: the kubelet refused to start: %s", what, es[0].Message())
-		}
-	}
-}
-
 // TestKubeletVersions boots the node with each older kubelet (v1.34 to
 // v1.36, built by test/node/build-matrix; v1.37 is every other test's)
 // and runs the restart scenarios on it, one boot per version, in order:

@@ -868,3 +868,17 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 	}
 	return r
 }
+
+// refusals are what a kubelet logs when its container manager will not
+// start on its checkpoints: the static CPU policy's check of the CPU set,
+// a checkpoint it cannot restore, the memory manager's machine state.
+var refusals = []string{"doesn't match with CPUs in state", "could not restore state from checkpoint", "Failed to start ContainerManager"}
+
+func noRefusal(t *testing.T, n *Node, what string, since time.Time) {
+	t.Helper()
+	for _, r := range refusals {
+		if es := kubeletLog(t, n, r, since); len(es) > 0 {
+			t.Errorf("%s: the kubelet refused to start: %s", what, es[0].Message())
+		}
+	}
+}

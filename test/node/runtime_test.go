@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/cpuset"
 )
 
 // TestRealRuntimePod boots the node on the real container runtime
@@ -146,4 +147,130 @@ func containerCgroup(pod *corev1.Pod, id string) string {
 		qos = "burstable"
 	}
 	return "/sys/fs/cgroup/kubepods.slice/kubepods-" + qos + ".slice/kubepods-" + qos + "-pod" + uid + ".slice/cri-containerd-" + id + ".scope"
+}
+
+// TestRealRuntimeExclusiveCPU is the static CPU manager with real
+// containers: a Guaranteed pod with an integer CPU request gets an
+// exclusive CPU, which its container's cpuset.cpus.effective shows, and a
+// Burstable pod's container runs on the shared pool (3 CPUs of 4, CPU 0
+// reserved). Then node-resized (installed from its deb, restarts on) sees
+// a CPU hot-add, restarts the
+// kubelet, and: the exclusive assignment is kept, in the checkpoint and in
+// the container's real cgroup, and the shared pool's container gets the
+// new CPU in its cgroup (the CPU manager's reconcile loop writes it
+// through containerd), with neither container restarted.
+func TestRealRuntimeExclusiveCPU(t *testing.T) {
+	t.Parallel()
+	needRuntime(t)
+	// Three CPUs of four: with CPU 0 reserved, room for the exclusive
+	// CPU and the shared pool's pod.
+	s := relayNodeConfig(t, Config{KubeletConfig: staticCPUKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir, CPUs: 3},
+		"--auto-online "+relayPolicy)
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	defer func() {
+		for _, l := range s.timings {
+			t.Logf("timing: %s", l)
+		}
+	}()
+	pods := cs.CoreV1().Pods("default")
+	one := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	excl := busyboxPod("excl", "exec sleep 36000", one, one)
+	shared := busyboxPod("shared", "exec sleep 36000",
+		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")}, nil)
+	for _, p := range []*corev1.Pod{excl, shared} {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	excl = waitPodRunning(t, ctx, cs, excl)
+	shared = waitPodRunning(t, ctx, cs, shared)
+	if excl.Status.QOSClass != corev1.PodQOSGuaranteed || shared.Status.QOSClass != corev1.PodQOSBurstable {
+		t.Fatalf("QoS %s and %s, want Guaranteed and Burstable", excl.Status.QOSClass, shared.Status.QOSClass)
+	}
+	exclID := containerID(t, n, excl)
+	sharedID := containerID(t, n, shared)
+	cpus := func(p *corev1.Pod, id string) string {
+		return guestSh(t, n, "cat "+containerCgroup(p, id)+"/cpuset.cpus.effective")
+	}
+
+	var st cpuState
+	var raw string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		st, raw = readCPUState(t, n, cpuManagerState)
+		if st.Entries[string(excl.UID)]["c"] != "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	held := st.Entries[string(excl.UID)]["c"]
+	t.Logf("%s: %s", cpuManagerState, raw)
+	t.Logf("before: the exclusive container's cpuset.cpus.effective %q, the shared one's %q", cpus(excl, exclID), cpus(shared, sharedID))
+	online := guestSh(t, n, "cat /sys/devices/system/cpu/online")
+	heldSet, err1 := cpuset.Parse(held)
+	onlineSet, err2 := cpuset.Parse(online)
+	if err1 != nil || err2 != nil || st.PolicyName != "static" || heldSet.Size() != 1 || heldSet.Contains(0) {
+		t.Fatalf("cpu_manager_state: policy %q, the Guaranteed container holds %q; want static and one CPU other than the reserved 0 (%v %v)", st.PolicyName, held, err1, err2)
+	}
+	pool := onlineSet.Difference(heldSet).String()
+	if st.DefaultCPUSet != pool {
+		t.Errorf("defaultCpuSet %q, want the online CPUs %s less the exclusive %s: %s", st.DefaultCPUSet, online, held, pool)
+	}
+	if got := cpus(excl, exclID); got != held {
+		t.Errorf("the Guaranteed container runs on CPUs %q, want its exclusive %q", got, held)
+	}
+	if got := cpus(shared, sharedID); got != pool {
+		t.Errorf("the Burstable container runs on CPUs %q, want the shared pool %s", got, pool)
+	}
+
+	r := s.relayUpscale(t, "CPU hot-add, real containers", func(ctx context.Context) error {
+		_, err := n.HotAddCPU(ctx, 1)
+		return err
+	}, func(v nodeVersion) bool { return v.cpu == 4000 }, "cpu=4,", 10*time.Second)
+	t.Logf("CPU hot-add: uevent to patch %v, to the kubelet restarted %v, to Node Ready with cpu=4 %v", r.patch, r.restart, r.ready)
+	onlineSet, _ = cpuset.Parse(guestSh(t, n, "cat /sys/devices/system/cpu/online"))
+	pool = onlineSet.Difference(heldSet).String()
+	noRefusal(t, n, "after the CPU hot-add", r.mark)
+	st, raw = readCPUState(t, n, cpuManagerState)
+	t.Logf("after: %s: %s", cpuManagerState, raw)
+	if got := st.Entries[string(excl.UID)]["c"]; got != held {
+		t.Errorf("after the hot-add the Guaranteed container holds %q in cpu_manager_state, want %q", got, held)
+	}
+	if st.DefaultCPUSet != pool {
+		t.Errorf("defaultCpuSet %q after the hot-add, want %s", st.DefaultCPUSet, pool)
+	}
+	// The reconcile loop (every 10 s) moves the shared pool's containers
+	// to the new default set.
+	var got string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		if got = cpus(shared, sharedID); got == pool || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got != pool {
+		t.Errorf("the Burstable container runs on CPUs %q 90 s after the kubelet's restart, want %s", got, pool)
+	}
+	t.Logf("after: the exclusive container's cpuset.cpus.effective %q, the shared one's %q", cpus(excl, exclID), got)
+	if got := cpus(excl, exclID); got != held {
+		t.Errorf("after the hot-add the Guaranteed container runs on CPUs %q, want its exclusive %q", got, held)
+	}
+	for _, p := range []*corev1.Pod{excl, shared} {
+		now, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil || now.UID != p.UID || now.Status.Phase != corev1.PodRunning || len(now.Status.ContainerStatuses) != 1 || now.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s after the hot-add: %v %+v", p.Name, err, now.Status.ContainerStatuses)
+		}
+	}
+	if id := containerID(t, n, excl); id != exclID {
+		t.Errorf("the Guaranteed pod's container is %s after the hot-add, was %s", id, exclID)
+	}
+}
+
+// containerID is the id of pod's one running container, from crictl.
+func containerID(t *testing.T, n *Node, pod *corev1.Pod) string {
+	t.Helper()
+	id := guestSh(t, n, "crictl ps -q --state running --label io.kubernetes.pod.uid="+string(pod.UID))
+	if id == "" || strings.Contains(id, "\n") {
+		t.Fatalf("crictl ps for pod %s: %q, want one running container\n%s", pod.Name, id, guestSh(t, n, "crictl ps -a"))
+	}
+	return id
 }
