@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -158,7 +159,8 @@ func containerCgroup(pod *corev1.Pod, id string) string {
 // kubelet, and: the exclusive assignment is kept, in the checkpoint and in
 // the container's real cgroup, and the shared pool's container gets the
 // new CPU in its cgroup (the CPU manager's reconcile loop writes it
-// through containerd), with neither container restarted.
+// through containerd), with neither container restarted. Last, the
+// exclusive CPU goes offline under its container (exclusive-cpu-offline).
 func TestRealRuntimeExclusiveCPU(t *testing.T) {
 	t.Parallel()
 	needRuntime(t)
@@ -263,6 +265,63 @@ func TestRealRuntimeExclusiveCPU(t *testing.T) {
 	if id := containerID(t, n, excl); id != exclID {
 		t.Errorf("the Guaranteed pod's container is %s after the hot-add, was %s", id, exclID)
 	}
+
+	// The exclusive CPU goes offline under the running container. What
+	// follows is node-resized's decision for a lost CPU that a container
+	// holds: the clamp, the pod evicted, then the kubelet restarted, its
+	// checkpoint rewritten without the pod, and no CPU taken from the
+	// shared pool's container but the one that went.
+	t.Run("exclusive-cpu-offline", func(t *testing.T) {
+		mark := guestNow(t, n)
+		guestSh(t, n, "echo 0 > /sys/devices/system/cpu/cpu"+held+"/online")
+		clamps := waitDaemonLog(t, n, "kubepods clamped", mark, time.Minute)
+		evicted := waitDaemonLog(t, n, "evicted pod", mark, 2*time.Minute)
+		restarting := waitDaemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark, 2*time.Minute)
+		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
+		for _, e := range []JournalEntry{clamps[0], evicted[0], restarting[0], restarted[0]} {
+			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+		}
+		if !strings.Contains(evicted[0].str("POD"), excl.Name) || len(evicted) != 1 {
+			t.Errorf("evicted %d pod(s), the first %q; want only %s", len(evicted), evicted[0].str("POD"), excl.Name)
+		}
+		if !clamps[0].Time().Before(evicted[0].Time()) || !evicted[0].Time().Before(restarting[0].Time()) {
+			t.Errorf("order: clamp %s, eviction %s, restart begun %s; want in that order",
+				clamps[0].Time().Format("15:04:05.000"), evicted[0].Time().Format("15:04:05.000"), restarting[0].Time().Format("15:04:05.000"))
+		}
+		began := restarting[0].Time()
+		waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with cpu=3", 2*time.Minute, func(nd *corev1.Node) bool {
+			return readyAfter(nd, began) && nd.Status.Capacity.Cpu().Value() == 3
+		})
+		noRefusal(t, n, "after the exclusive CPU went offline", mark)
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+			_, err := pods.Get(ctx, excl.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod %s still there 2 min after its CPU went offline: %v", excl.Name, err)
+			}
+		}
+		if out, _, _ := n.Exec(ctx, "crictl ps -q --label io.kubernetes.pod.uid="+string(excl.UID)); strings.TrimSpace(out) != "" {
+			t.Errorf("the evicted pod's container %s still runs", strings.TrimSpace(out))
+		}
+		st, raw := readCPUState(t, n, cpuManagerState)
+		t.Logf("after the offline: %s: %s", cpuManagerState, raw)
+		onlineSet, _ := cpuset.Parse(guestSh(t, n, "cat /sys/devices/system/cpu/online"))
+		if len(st.Entries) != 0 || st.DefaultCPUSet != onlineSet.String() {
+			t.Errorf("cpu_manager_state after the offline: entries %v, default %q; want none, and every online CPU %s", st.Entries, st.DefaultCPUSet, onlineSet)
+		}
+		if got := cpus(shared, sharedID); got != onlineSet.String() {
+			t.Errorf("the Burstable container runs on CPUs %q, want every online CPU %s", got, onlineSet)
+		}
+		if now, err := pods.Get(ctx, shared.Name, metav1.GetOptions{}); err != nil || now.UID != shared.UID || now.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("the Burstable pod after the offline: %v", err)
+		}
+		l, _ := clamps[0].latency()
+		t.Logf("exclusive CPU offline: uevent->clamp %v, clamp->eviction %v, eviction->restart begun %v, ->kubelet restarted %v",
+			l, evicted[0].Time().Sub(clamps[0].Time()).Round(time.Millisecond), restarting[0].Time().Sub(evicted[0].Time()).Round(time.Millisecond),
+			restarted[0].Time().Sub(restarting[0].Time()).Round(time.Millisecond))
+	})
 }
 
 // containerID is the id of pod's one running container, from crictl.
