@@ -4,16 +4,21 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/cpuset"
+
+	"github.com/node-resized/node-resized/decide"
 )
 
 // TestRealRuntimePod boots the node on the real container runtime
@@ -472,4 +477,124 @@ func TestRealRuntimeMemoryHog(t *testing.T) {
 	}
 	t.Logf("DIMM unplug under a real hog of %s: uevent->clamp %v, clamp->eviction logged %v, unplug->container gone %v",
 		mibs(target), clampLat, evicted[0].Time().Sub(clamps[0].Time()).Round(time.Millisecond), gone.Round(time.Millisecond))
+}
+
+// TestRealRuntimeCPUWeight: two Burstable pods whose containers spin on
+// CPU, one requesting 100m and one 400m, before and after the machine
+// loses two of its three CPUs. Their pod cgroups' cpu.weight is the
+// kubelet's for their requests throughout (their containers' is runc's), kubepods' cpu.weight follows the
+// smaller machine's allocatable (node-resized's clamp, then the kubelet
+// it restarts), and their measured shares of CPU time move with it: with
+// a CPU each they run alike, on one CPU the 400m pod gets about four times
+// the other's time.
+func TestRealRuntimeCPUWeight(t *testing.T) {
+	t.Parallel()
+	needRuntime(t)
+	s := relayNodeConfig(t, Config{Runtime: RuntimeContainerd, RuntimeDir: runtimeDir, CPUs: 3}, "--auto-online "+relayPolicy)
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("default")
+	type spinner struct {
+		pod    *corev1.Pod
+		id, cg string
+		milli  int64
+	}
+	spinners := []*spinner{{milli: 100}, {milli: 400}}
+	for i, sp := range spinners {
+		p := busyboxPod(fmt.Sprintf("spin-%dm", sp.milli), "while :; do :; done",
+			corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(sp.milli, resource.DecimalSI), corev1.ResourceMemory: resource.MustParse("16Mi")}, nil)
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		spinners[i].pod = waitPodRunning(t, ctx, cs, p)
+		spinners[i].id = containerID(t, n, spinners[i].pod)
+		spinners[i].cg = containerCgroup(spinners[i].pod, spinners[i].id)
+	}
+	// The pod's slice is the kubelet's, with its conversion of the
+	// request's shares to a weight; the container's scope is runc's,
+	// which converts the shares the kubelet passes through the CRI with
+	// its own formula (17 and 49 where the kubelet's are 4 and 16). The
+	// pods compete through their slices.
+	checkWeights := func(when string) {
+		t.Helper()
+		for _, sp := range spinners {
+			shares := decide.MilliCPUToShares(sp.milli)
+			for _, w := range []struct{ cg, who, want string }{
+				{path.Dir(sp.cg), "the kubelet's", strconv.FormatUint(decide.SharesToWeight(shares), 10)},
+				{sp.cg, "runc's", strconv.FormatUint(cgroups.ConvertCPUSharesToCgroupV2Value(shares), 10)},
+			} {
+				if got := guestSh(t, n, "cat "+w.cg+"/cpu.weight"); got != w.want {
+					t.Errorf("%s: %s/cpu.weight %s, want %s %s for %dm", when, w.cg, got, w.who, w.want, sp.milli)
+				}
+			}
+		}
+	}
+	kubepodsWeight := func(nd *corev1.Node) (got, want string) {
+		want = strconv.FormatUint(decide.SharesToWeight(decide.MilliCPUToShares(nd.Status.Allocatable.Cpu().MilliValue())), 10)
+		return guestSh(t, n, "cat /sys/fs/cgroup/kubepods.slice/cpu.weight"), want
+	}
+	// share measures each container's CPU time over a window and returns
+	// the 400m pod's time over the 100m pod's.
+	share := func(when string) float64 {
+		t.Helper()
+		read := func() []float64 {
+			var us []float64
+			for _, sp := range spinners {
+				f := strings.Fields(guestSh(t, n, "grep '^usage_usec' "+sp.cg+"/cpu.stat"))
+				v, err := strconv.ParseFloat(f[len(f)-1], 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				us = append(us, v)
+			}
+			return us
+		}
+		a := read()
+		t0 := time.Now()
+		time.Sleep(15 * time.Second)
+		b := read()
+		el := time.Since(t0).Seconds() * 1e6
+		light, heavy := (b[0]-a[0])/el, (b[1]-a[1])/el
+		t.Logf("%s: over %.1f s the 100m container ran %.0f%% of a CPU, the 400m one %.0f%%: ratio %.2f", when, el/1e6, light*100, heavy*100, heavy/light)
+		return heavy / light
+	}
+
+	nd, err := cs.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWeights("on 3 CPUs")
+	got, want := kubepodsWeight(nd)
+	t.Logf("on 3 CPUs: allocatable cpu %s, kubepods cpu.weight %s (the kubelet's %s)", nd.Status.Allocatable.Cpu(), got, want)
+	if got != want {
+		t.Errorf("on 3 CPUs: kubepods cpu.weight %s, want %s", got, want)
+	}
+	before := share("on 3 CPUs")
+
+	mark := guestNow(t, n)
+	guestSh(t, n, "echo 0 > /sys/devices/system/cpu/cpu2/online")
+	time.Sleep(time.Second)
+	guestSh(t, n, "echo 0 > /sys/devices/system/cpu/cpu1/online")
+	waitDaemonLog(t, n, "kubepods clamped", mark, time.Minute)
+	restarting := waitDaemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark, 2*time.Minute)
+	nd = waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with cpu=1", 3*time.Minute, func(nd *corev1.Node) bool {
+		return readyAfter(nd, restarting[len(restarting)-1].Time()) && nd.Status.Capacity.Cpu().Value() == 1
+	})
+	if evicted := daemonLog(t, n, "evicted pod", mark); len(evicted) > 0 {
+		t.Fatalf("evicted %s: the spinners fit the smaller machine", evicted[0].str("POD"))
+	}
+	checkWeights("on 1 CPU")
+	got, want = kubepodsWeight(nd)
+	t.Logf("on 1 CPU: allocatable cpu %s, kubepods cpu.weight %s (the kubelet's %s)", nd.Status.Allocatable.Cpu(), got, want)
+	if got != want {
+		t.Errorf("on 1 CPU: kubepods cpu.weight %s, want %s", got, want)
+	}
+	after := share("on 1 CPU")
+	// The weights are 4 and 16: on one CPU the scheduler gives the 400m
+	// container about four times the other's time; on three it gave each
+	// a CPU. Bounds well inside both.
+	if after < 2.5 || after < 1.5*before {
+		t.Errorf("the 400m container's time over the 100m one's: %.2f on 3 CPUs, %.2f on 1 CPU; want about 1 and about 4", before, after)
+	}
 }
