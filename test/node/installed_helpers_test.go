@@ -507,3 +507,20 @@ func scanLines(s string) []string {
 	}
 	return out
 }
+
+// hotAddDIMM plugs an installedDIMM on NUMA node numa and waits, at most
+// 2 minutes, until MemTotal is want (the daemon's --auto-online brings the
+// blocks online); it returns the DIMM's id.
+func hotAddDIMM(ctx context.Context, t *testing.T, n *Node, numa int, want int64) (string, error) {
+	t.Helper()
+	id, err := n.HotAddDIMM(ctx, installedDIMM, numa)
+	if err != nil {
+		return "", err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); memTotal(t, n) != want; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return id, fmt.Errorf("MemTotal %d, want %d after the DIMM", memTotal(t, n), want)
+		}
+	}
+	return id, nil
+}

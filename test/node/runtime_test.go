@@ -379,15 +379,8 @@ func TestRealRuntimeMemoryHog(t *testing.T) {
 	var dimm string
 	r := s.relayUpscale(t, "DIMM hot-add", func(ctx context.Context) error {
 		var err error
-		if dimm, err = n.HotAddDIMM(ctx, installedDIMM, 1); err != nil {
-			return err
-		}
-		for deadline := time.Now().Add(2 * time.Minute); memTotal(t, n) != want; time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("MemTotal %d, want %d after the DIMM", memTotal(t, n), want)
-			}
-		}
-		return nil
+		dimm, err = hotAddDIMM(ctx, t, n, 1, want)
+		return err
 	}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), 10*time.Second)
 	t.Logf("DIMM hot-add: uevent to the kubelet restarted %v, to Node Ready with it %v", r.restart, r.ready)
 	waitKubepodsMax(t, n, want-installedReserved, 30*time.Second)
