@@ -22,7 +22,7 @@ const testModulePath = "github.com/node-resized/node-resized/test"
 
 // Binaries are the control-plane programs [Build] puts in the binary
 // directory, each built from the test module's cmd/<name>.
-var Binaries = []string{"etcd", "kube-apiserver", "kube-scheduler"}
+var Binaries = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"}
 
 // DefaultBinDir returns $NODE_RESIZED_CLUSTER_BIN when set, otherwise
 // node-resized/cluster/bin under the user's cache directory

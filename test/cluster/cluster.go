@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,12 +73,20 @@ type Options struct {
 	APIServerArgs []string
 	// SchedulerArgs are appended to kube-scheduler's command line.
 	SchedulerArgs []string
+	// Controllers, when set, starts kube-controller-manager with only
+	// these controllers (its --controllers), e.g. "daemonset" to run a
+	// DaemonSet's pods and "root-ca-cert-publisher" for the
+	// kube-root-ca.crt ConfigMap that every pod's service account token
+	// volume mounts. Empty: no controller manager, as most tests need
+	// none (the "default" ServiceAccount is created by Start).
+	Controllers []string
 	// Logf receives a line for each start-up step; nil discards them.
 	Logf func(format string, args ...any)
 }
 
-// Cluster is a running control plane: etcd, kube-apiserver and
-// kube-scheduler as child processes on loopback. Its methods are safe for
+// Cluster is a running control plane: etcd, kube-apiserver,
+// kube-scheduler and, with Options.Controllers, kube-controller-manager as
+// child processes on loopback. Its methods are safe for
 // concurrent use.
 type Cluster struct {
 	opts      Options
@@ -89,8 +98,10 @@ type Cluster struct {
 	etcdURL        string
 	apiPort        int
 	schedulerPort  int
+	kcmPort        int
 	apiserverArgs  []string
 	schedulerArgs  []string
+	kcmArgs        []string
 	caData         []byte // kube-apiserver's self-signed serving certificate bundle; set once by Start
 	adminToken     string
 	schedulerToken string
@@ -106,6 +117,7 @@ type Cluster struct {
 	etcd      *process
 	apiserver *process
 	scheduler *process
+	kcm       *process // kube-controller-manager
 	stopped   bool
 	stopErr   error
 }
@@ -155,7 +167,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	} else if c.dir, err = filepath.Abs(c.dir); err != nil {
 		return nil, fmt.Errorf("cluster: working directory: %w", err)
 	}
-	for _, d := range []string{"etcd", "pki/apiserver", "pki/kube-scheduler", "logs", "kubeconfig"} {
+	for _, d := range []string{"etcd", "pki/apiserver", "pki/kube-scheduler", "pki/kube-controller-manager", "logs", "kubeconfig"} {
 		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("cluster: creating %s: %w", d, err)
 		}
@@ -169,13 +181,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
 	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	etcdPeerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	c.apiPort, c.schedulerPort = ports[2], ports[3]
+	c.apiPort, c.schedulerPort, c.kcmPort = ports[2], ports[3], ports[4]
 
 	if err := c.writeIdentities(); err != nil {
 		return nil, err
@@ -259,6 +271,33 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+
+	// kube-controller-manager, with the controllers asked for. It acts as
+	// the admin: without --use-service-account-credentials each controller
+	// uses its own client identity, and the admin's needs no RBAC set-up.
+	if len(opts.Controllers) > 0 {
+		c.kcmArgs = []string{
+			"--kubeconfig=" + c.AdminKubeconfig(),
+			"--authentication-kubeconfig=" + c.AdminKubeconfig(),
+			"--authorization-kubeconfig=" + c.AdminKubeconfig(),
+			"--controllers=" + strings.Join(opts.Controllers, ","),
+			// What the root-ca-cert-publisher puts into every namespace's
+			// kube-root-ca.crt: the bundle that verifies the API server.
+			"--root-ca-file=" + filepath.Join(pki, "apiserver", "apiserver.crt"),
+			"--service-account-private-key-file=" + filepath.Join(pki, "sa.key"),
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(c.kcmPort),
+			"--cert-dir=" + filepath.Join(pki, "kube-controller-manager"),
+			"--v=2",
+		}
+		c.mu.Lock()
+		err = c.runControllerManager(ctx)
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 	}
 	c.logf("cluster: up in %s; admin kubeconfig %s", c.dir, c.AdminKubeconfig())
 	return c, nil
@@ -356,6 +395,26 @@ func (c *Cluster) runScheduler(ctx context.Context) error {
 		return err
 	}
 	c.logf("cluster: kube-scheduler healthy after %v", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// runControllerManager starts kube-controller-manager with c.kcmArgs and
+// waits for its health check. c.mu must be held.
+func (c *Cluster) runControllerManager(ctx context.Context) error {
+	t0 := time.Now()
+	p, err := startProcess(c.lifetime, "kube-controller-manager", filepath.Join(c.binDir, "kube-controller-manager"), c.kcmArgs, c.LogPath("kube-controller-manager"))
+	if err != nil {
+		return err
+	}
+	c.kcm = p
+	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		// Its own self-signed certificate, on loopback.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+	}}
+	if err := c.waitHTTP(ctx, p, fmt.Sprintf("https://127.0.0.1:%d/healthz", c.kcmPort), insecure, nil); err != nil {
+		return err
+	}
+	c.logf("cluster: kube-controller-manager (%s) healthy after %v", strings.Join(c.opts.Controllers, ", "), time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
@@ -474,8 +533,8 @@ func (c *Cluster) nodeKubeconfigPath(node string) string {
 // Dir returns the cluster's working directory.
 func (c *Cluster) Dir() string { return c.dir }
 
-// LogPath returns the log file of a component: "etcd", "kube-apiserver" or
-// "kube-scheduler".
+// LogPath returns the log file of a component: "etcd", "kube-apiserver",
+// "kube-scheduler" or "kube-controller-manager".
 func (c *Cluster) LogPath(component string) string {
 	return filepath.Join(c.dir, "logs", component+".log")
 }
@@ -543,7 +602,7 @@ func (c *Cluster) Exited() error {
 	if c.stopped {
 		return errors.New("cluster: stopped")
 	}
-	for _, p := range []*process{c.etcd, c.apiserver, c.scheduler} {
+	for _, p := range []*process{c.etcd, c.apiserver, c.scheduler, c.kcm} {
 		if p == nil {
 			continue
 		}
@@ -620,10 +679,20 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		c.scheduler.Stop()
 		c.scheduler = nil
 	}
-	return c.runScheduler(ctx)
+	if err := c.runScheduler(ctx); err != nil {
+		return err
+	}
+	// The controller manager likewise.
+	if c.kcm != nil {
+		c.kcm.Stop()
+		c.kcm = nil
+		return c.runControllerManager(ctx)
+	}
+	return nil
 }
 
-// Stop ends the scheduler, the API server and etcd, in that order, waits
+// Stop ends the controller manager, the scheduler, the API server and
+// etcd, in that order, waits
 // for each, and removes a temporary working directory (see
 // Options.KeepDir). It is safe to call more than once; later calls return
 // the first call's result.
@@ -634,12 +703,12 @@ func (c *Cluster) Stop() error {
 		return c.stopErr
 	}
 	c.stopped = true
-	for _, p := range []*process{c.scheduler, c.apiserver, c.etcd} {
+	for _, p := range []*process{c.kcm, c.scheduler, c.apiserver, c.etcd} {
 		if p != nil {
 			p.Stop()
 		}
 	}
-	c.scheduler, c.apiserver, c.etcd = nil, nil, nil
+	c.kcm, c.scheduler, c.apiserver, c.etcd = nil, nil, nil, nil
 	if c.cancel != nil {
 		c.cancel()
 	}

@@ -1,5 +1,6 @@
-// Package cluster runs a real Kubernetes control plane (etcd, kube-apiserver
-// and kube-scheduler, built from the Go module proxy) on loopback for tests,
+// Package cluster runs a real Kubernetes control plane (etcd, kube-apiserver,
+// kube-scheduler and, when a test names controllers, kube-controller-manager,
+// built from the Go module proxy) on loopback for tests,
 // together with a stand-in kubelet that registers a Node and rewrites its
 // status as the real kubelet does.
 //
@@ -14,7 +15,7 @@
 //	kubeconfig := c.AdminKubeconfig()
 //	nodeKubeconfig, err := c.NodeKubeconfig("node-1") // system:node:node-1
 //
-// Start builds the three binaries first when they are missing or stale
+// Start builds the four binaries first when they are missing or stale
 // (see [Build] and [DefaultBinDir]); the first build takes minutes, later
 // ones seconds. The child processes run in their own process groups, are
 // killed with the test process (Linux parent-death signal) and log to files
