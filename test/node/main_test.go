@@ -98,6 +98,12 @@ func needKernel(t *testing.T) vm.Kernel {
 // stopped when the test ends; its logs are kept when the test fails.
 func startCluster(t *testing.T, nodes ...string) *cluster.Cluster {
 	t.Helper()
+	return startClusterOpts(t, cluster.Options{}, nodes...)
+}
+
+// startClusterOpts is startCluster with options (e.g. Controllers).
+func startClusterOpts(t *testing.T, opts cluster.Options, nodes ...string) *cluster.Cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "node-resized-node-cluster-")
 	if err != nil {
 		t.Fatal(err)
@@ -105,12 +111,8 @@ func startCluster(t *testing.T, nodes ...string) *cluster.Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{
-		BinDir:    clusterBinDir,
-		SkipBuild: true,
-		Dir:       dir,
-		Nodes:     nodes,
-	})
+	opts.BinDir, opts.SkipBuild, opts.Dir, opts.Nodes = clusterBinDir, true, dir, nodes
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("starting the control plane: %v", err)
 	}

@@ -352,7 +352,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if cfg.Runtime == RuntimeContainerd {
-		tree.addContainerd(runtimeDir)
+		u, err := url.Parse(cfg.API.Host)
+		if err != nil {
+			return nil, fmt.Errorf("node: API server address %q: %w", cfg.API.Host, err)
+		}
+		port := u.Port()
+		if port == "" {
+			port = "443"
+		}
+		tree.addContainerd(runtimeDir, net.JoinHostPort(vm.GuestHostIP, port))
 	}
 	var files []vm.File
 	for _, f := range cfg.Files {

@@ -39,9 +39,23 @@ const (
 	// imagePullPolicy Never: no registry is reachable.
 	BusyboxImage = "localhost/node-resized/busybox:test"
 
+	// GuestImagesDir holds the images imported into containerd at boot
+	// (every *.tar in it, an OCI image layout each, by
+	// node-images.service): RuntimeImages, and a test's own as a File with
+	// Link.
+	GuestImagesDir = "/usr/local/share/node-images"
+	// KubernetesServiceIP is the default/kubernetes Service's address in
+	// test/cluster's service range (10.96.0.0/16), which pods' in-cluster
+	// configuration dials (KUBERNETES_SERVICE_HOST, port 443). No
+	// kube-proxy runs in the guest: kubernetes-service.socket listens there
+	// and systemd-socket-proxyd forwards each connection to the API server,
+	// as kube-proxy's rules would to the Service's endpoint. The API
+	// server's self-signed certificate is valid for the address.
+	KubernetesServiceIP = "10.96.0.1"
+
 	guestRuntimeBin = "/usr/local/bin"
 	guestCNIBin     = "/opt/cni/bin"
-	guestImages     = "/usr/local/share/node-images"
+	guestImages     = GuestImagesDir
 )
 
 // runtimeModules are the kernel modules the CNI bridge needs.
@@ -222,8 +236,9 @@ Type=tmpfs
 Options=mode=0711
 `
 
-// imagesUnit imports the images made by test/node/build-runtime before
-// the kubelet starts: no registry is reachable.
+// imagesUnit imports the images made by test/node/build-runtime, and any
+// a test adds to GuestImagesDir, before the kubelet starts: no registry is
+// reachable.
 var imagesUnit = `[Unit]
 Description=Import the node's container images into containerd (no registry is reachable)
 Requires=containerd.service
@@ -233,15 +248,35 @@ Before=kubelet.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-` + func() string {
-	var b strings.Builder
-	for _, i := range RuntimeImages {
-		fmt.Fprintf(&b, "ExecStart=%s/ctr --address %s -n k8s.io images import %s/%s\n", guestRuntimeBin, ContainerdSocket, guestImages, i)
-	}
-	return b.String()
-}() + `
+ExecStart=/bin/sh -ec 'for i in ` + guestImages + `/*.tar; do ` + guestRuntimeBin + `/ctr --address ` + ContainerdSocket + ` -n k8s.io images import "$$i"; done'
+
 [Install]
 WantedBy=multi-user.target
+`
+
+// kubernetesServiceSocket and kubernetesServiceUnit stand in for
+// kube-proxy's rules for the one Service that pods on this node dial: the
+// API server's (see KubernetesServiceIP). %s is the API server's address
+// as the guest reaches it (host:port).
+const kubernetesServiceSocket = `[Unit]
+Description=The kubernetes Service's address for pods (in place of kube-proxy)
+
+[Socket]
+ExecStartPre=-/sbin/ip address add ` + KubernetesServiceIP + `/32 dev lo
+ListenStream=` + KubernetesServiceIP + `:443
+FreeBind=yes
+
+[Install]
+WantedBy=sockets.target
+`
+
+const kubernetesServiceUnit = `[Unit]
+Description=Forward the kubernetes Service's connections to the API server (in place of kube-proxy)
+Requires=kubernetes-service.socket
+After=kubernetes-service.socket
+
+[Service]
+ExecStart=/lib/systemd/systemd-socket-proxyd %s
 `
 
 // kubeletAfterContainerd orders the kubelet after the runtime and its
@@ -257,8 +292,9 @@ const crictlConfig = "runtime-endpoint: unix://" + ContainerdSocket + "\nimage-e
 // addContainerd puts containerd, runc, the CNI plugins, crictl and the
 // images (links to dir, on this machine's read-only root) into the tree,
 // with their configuration and units, and points the kubelet at
-// containerd.
-func (t guestTree) addContainerd(dir string) {
+// containerd. apiServer is the API server's host:port as the guest
+// reaches it, for the kubernetes Service's stand-in.
+func (t guestTree) addContainerd(dir, apiServer string) {
 	for _, b := range RuntimeBinaries {
 		t.symlink(guestRuntimeBin+"/"+b, filepath.Join(dir, b))
 	}
@@ -277,6 +313,9 @@ func (t guestTree) addContainerd(dir string) {
 	t.file("/etc/systemd/system/node-images.service", 0o644, imagesUnit)
 	t.symlink("/etc/systemd/system/multi-user.target.wants/node-images.service", "/etc/systemd/system/node-images.service")
 	t.file("/etc/systemd/system/kubelet.service.d/20-containerd.conf", 0o644, kubeletAfterContainerd)
+	t.file("/etc/systemd/system/kubernetes-service.socket", 0o644, kubernetesServiceSocket)
+	t.file("/etc/systemd/system/kubernetes-service.service", 0o644, fmt.Sprintf(kubernetesServiceUnit, apiServer))
+	t.symlink("/etc/systemd/system/sockets.target.wants/kubernetes-service.socket", "/etc/systemd/system/kubernetes-service.socket")
 	t.file("/var/lib/kubelet/kubeadm-flags.env", 0o644,
 		fmt.Sprintf("KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix://%s\"\n", ContainerdSocket))
 	// The fake runtime stays out of the way.
