@@ -296,8 +296,8 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	}
 	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("capabilities %+v: want drop [ALL]", sc.Capabilities)
-	} else if add := slices.Sorted(slices.Values(sc.Capabilities.Add)); !slices.Equal(add, []corev1.Capability{"NET_ADMIN", "SYS_ADMIN"}) {
-		t.Errorf("capabilities added %v, want [NET_ADMIN SYS_ADMIN]", add)
+	} else if add := slices.Sorted(slices.Values(sc.Capabilities.Add)); !slices.Equal(add, []corev1.Capability{"NET_ADMIN"}) {
+		t.Errorf("capabilities added %v, want [NET_ADMIN]", add)
 	}
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("readOnlyRootFilesystem is not true")
