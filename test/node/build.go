@@ -16,7 +16,8 @@ import (
 const EnvBinDir = "NODE_RESIZED_NODE_BIN"
 
 // Binaries are the programs [Build] puts in the binary directory: the real
-// kubelet and the fake CRI runtime, static (CGO_ENABLED=0).
+// kubelet and the fake CRI runtime, built with the test module's own
+// flags so that they share its build cache (see test/node/build).
 var Binaries = []string{"kubelet", "fakecri"}
 
 // DefaultBinDir returns $NODE_RESIZED_NODE_BIN when set, otherwise
