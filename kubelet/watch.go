@@ -80,7 +80,8 @@ type WatcherOptions struct {
 //     value the kubelet owns is its view, written by the running process
 //     when its last status write is newer than the process; a value it
 //     left as it was in a status write newer than the daemon's last one
-//     is its view too. The Node is Ready for the running kubelet only
+//     is its view too, and so is a value no manager owns (set when the
+//     kubelet registered the Node, and never changed since). The Node is Ready for the running kubelet only
 //     once that process has written status.
 //   - the pod-resources API, where the kubelet serves it with static CPU
 //     or memory manager policies: the CPUs it may allocate, and memory per
@@ -331,6 +332,13 @@ func (w *Watcher) fromNode() {
 			w.set(name, v, "status.capacity as the kubelet wrote it (status write at "+at+")")
 		case owner != "" && kw.After(dw):
 			w.set(name, v, "status.capacity kept by the kubelet's status write at "+at)
+		case owner == "":
+			// No manager owns a value the kubelet set when it registered
+			// the Node (the API server does not track the status fields
+			// of a create) and nobody changed since: the running process
+			// has written status, and would have patched (and so owned) a
+			// value it disagreed with.
+			w.set(name, v, "status.capacity as the kubelet registered the Node, unchanged by its status write at "+at)
 		}
 	}
 }

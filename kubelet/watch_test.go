@@ -148,6 +148,37 @@ func TestWatcherSources(t *testing.T) {
 			t.Fatalf("view %+v", v)
 		}
 	})
+	t.Run("as registered", func(t *testing.T) {
+		// The kubelet registered the Node with its capacity, which no
+		// manager then owns, and has written status since its start
+		// without changing it: that capacity is its view, before any
+		// change, so that a change right after the daemon starts finds
+		// the kubelet stale at once.
+		units := &fakeUnits{}
+		units.set(100, w0.Add(-time.Hour))
+		w := NewWatcher(WatcherOptions{Systemd: units})
+		w.OnChange(change(1, w0.Add(-time.Minute), 4), nil)
+		w.poll(context.Background())
+		v := node(4, "", true, w0.Add(-30*time.Minute), w0.Add(-time.Minute))
+		v.CapacityOwners = map[string]string{"ephemeral-storage": "node-resized"}
+		w.OnNode(v)
+		got := w.View()
+		if got.Capacity[resources.CPU] != 4000 || got.Capacity[resources.Memory] != 16*gi || got.Stale ||
+			!strings.Contains(got.Sources["cpu"], "as the kubelet registered the Node") {
+			t.Fatalf("view %+v", got)
+		}
+		w.OnChange(change(2, w0, 6), nil)
+		if got := w.View(); !got.Stale || got.StaleSince != 2 || got.Capacity[resources.CPU] != 4000 {
+			t.Fatalf("after a change: %+v", got)
+		}
+		// Not before the running process has written status.
+		units.set(200, w0.Add(time.Second))
+		w.poll(context.Background())
+		w.OnNode(v)
+		if got := w.View(); got.Capacity[resources.CPU] != 6000 || !strings.Contains(got.Sources["cpu"], "after the machine's last change") {
+			t.Fatalf("a process newer than the status write: %+v", got)
+		}
+	})
 	t.Run("another writer is not the kubelet", func(t *testing.T) {
 		w := NewWatcher(WatcherOptions{})
 		w.OnChange(change(1, w0, 8), nil)
