@@ -439,10 +439,11 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	a.restartNeeded(p)
 	if !a.started {
 		a.resumeEviction(ctx, p.in, d, p.snap)
-		if !published {
+		if !published && !d.Next.Checking {
 			// The first pass of this process publishes what it stands
 			// for even when nothing changed: the Node may show
-			// something else after a restart.
+			// something else after a restart. (A shrink whose pods are
+			// being looked at is published with the answer.)
 			a.relay.Publish(types.NodeStatus{Capacity: d.Target, Allocatable: d.Allocatable, Condition: d.Condition, Since: p.since,
 				Taint: d.Next.Tainted})
 			published = true
@@ -751,6 +752,9 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 		Capacity:    d.Next.Applied.Clone(),
 		Allocatable: decide.Allocatable(d.Next.Applied, a.cfg.Reservations),
 		Reason:      types.EvictionReason,
+		// A planned shrink not published yet: its pods are looked at
+		// only, as when it began (its status goes first).
+		Hold: d.Next.Checking && d.Next.ClampDue,
 	}, onlineCPUs(snap), a.ReportEviction)
 }
 
@@ -769,8 +773,10 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	// The pass has decided on the hardware changes since p.since: a
 	// patch carries them, or they changed nothing on the Node (memory
 	// within the jitter, a loss already clamped). Either way the next
-	// change's latency counts from its own uevent, not from these.
-	if a.since.Equal(p.since) {
+	// change's latency counts from its own uevent, not from these. A
+	// shrink whose pods are being looked at is published by a later pass,
+	// which carries them.
+	if a.since.Equal(p.since) && !d.Next.Checking {
 		a.since = time.Time{}
 	}
 	changed := !sameState(a.state, d.Next)

@@ -352,8 +352,11 @@ func (e orderEnforcer) Apply(_ context.Context, r cgroup.Request, _ topology.CPU
 
 type orderEvictor struct{ log *orderLog }
 
-func (e orderEvictor) Start(context.Context, decide.Evict, []int, func(types.EvictionReport)) {
+// Start records the call and reports what the evictor's first look finds:
+// pods have to go.
+func (e orderEvictor) Start(_ context.Context, ev decide.Evict, _ []int, report func(types.EvictionReport)) {
 	e.log.add("Evict")
+	go report(types.EvictionReport{Generation: ev.Generation})
 }
 
 type orderRelay struct {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
 	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/types"
@@ -77,5 +78,61 @@ func TestResumedEvictionFollowsTheMachine(t *testing.T) {
 				t.Fatalf("evictions %+v, want one of generation 3 towards %d CPUs", got, tc.towardsN)
 			}
 		})
+	}
+}
+
+// A daemon that stopped while the pods of a planned shrink were being
+// looked at (nothing of it published, its clamp due) looks at them again,
+// evicting none, and publishes nothing before the answer; the answer
+// publishes the shrink once, with its clamp.
+func TestResumedCheckOfAPlannedShrink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	four, two := machine(4).Capacity(), machine(2).Capacity()
+	st := decide.State{Version: decide.StateVersion, Generation: 3, Evicting: true, Checking: true, ClampDue: true,
+		Applied: two, Physical: four.Clone(), Outcome: types.ReasonAccepted, Spec: `{"cpu":"2"}`,
+		InProgress: "lowering capacity (cpu 4 → 2)",
+		Condition:  types.Condition{Status: types.StatusTrue, Reason: types.ReasonAccepted, Message: "capacity cpu=4 applied"}}
+	if err := SaveState(path, st); err != nil {
+		t.Fatal(err)
+	}
+	ev := &recordingEvictor{}
+	ol := &orderLog{}
+	r := &run{t: t, relay: &fakeRelay{}, done: make(chan error, 1)}
+	r.a = New(Config{StatePath: path, Evictor: ev, Enforcer: orderEnforcer{ol}}, r.relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.a.Run(ctx) }()
+	t.Cleanup(r.stop)
+	r.a.OnNode(conf("cpu", "2"))
+	hw(r, 4, 0)
+	waitUntil(t, func() bool { return r.a.Status().Decisions > 0 })
+	time.Sleep(20 * time.Millisecond)
+	got := ev.all()
+	if len(got) != 1 || got[0].Generation != 3 || !got[0].Hold || got[0].Capacity[resources.CPU] != 2000 {
+		t.Fatalf("evictions %+v, want generation 3's pods looked at, held", got)
+	}
+	if s, ok := r.relay.last(); ok {
+		t.Fatalf("published %+v before the pods were looked at", s)
+	}
+	ol.mu.Lock()
+	calls := append([]string(nil), ol.calls...)
+	ol.mu.Unlock()
+	if len(calls) != 0 {
+		t.Fatalf("kubepods written %v before the status", calls)
+	}
+	r.a.ReportEviction(types.EvictionReport{Generation: 3, Done: true})
+	s := r.settle(types.ReasonAccepted, 2)
+	if s.Condition.Status != types.StatusTrue {
+		t.Fatalf("status %+v", s)
+	}
+	waitUntil(t, func() bool {
+		ol.mu.Lock()
+		defer ol.mu.Unlock()
+		return len(ol.calls) > 0
+	})
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	if ol.calls[0] != string(cgroup.KindClamp) {
+		t.Fatalf("kubepods writes %v, want the clamp", ol.calls)
 	}
 }

@@ -92,12 +92,19 @@ type EmitEvent struct {
 // kubelet's memory-pressure order, with reason NodeCapacityExceeded (CPU is
 // compressible: only Guaranteed pods whose exclusive CPUs are gone go). The
 // evictor reports progress for Generation through Input.Eviction; an Evict of
-// an older generation is void once the generation moves on.
+// an older generation is void once the generation moves on. Its first
+// report on a generation comes from its first look at the pods, before it
+// evicts any: Done when they fit as they are.
+//
+// Hold asks for that first look only: no pod is evicted until an Evict of
+// the same generation without Hold follows (Path A2 holds, so that the
+// status is lowered before any pod goes).
 type Evict struct {
 	Generation  int64          `json:"generation"`
 	Capacity    resources.List `json:"capacity"`
 	Allocatable resources.List `json:"allocatable"`
 	Reason      string         `json:"reason"`
+	Hold        bool           `json:"hold,omitempty"`
 }
 
 // RestartKubelet restarts kubelet.service so that it re-reads the machine and

@@ -28,6 +28,14 @@ func (p pass) condition(pl plan, next *State) (types.Condition, kubeletOutcome) 
 // shrinkCondition follows the shrink in flight: it starts one when the
 // target moves down, ends it when the evictor reports the generation done,
 // and while one is in flight returns its InProgress condition and true.
+//
+// A shrink starts Checking: it is published at the evictor's first report
+// on its generation, which comes from the evictor's first look at the
+// pods, before any is evicted. Done there (every pod fits), the shrink
+// ends at once and its status goes out once, with the condition it
+// settles on; any other report publishes it InProgress. A loss that
+// taints the Node (Policy.TaintWhileStale) is published at once: the
+// taint waits for nothing.
 func (p pass) shrinkCondition(pl plan, next *State) (types.Condition, bool) {
 	gen, ev := next.Generation, p.in.Eviction
 	switch {
@@ -43,9 +51,20 @@ func (p pass) shrinkCondition(pl plan, next *State) (types.Condition, bool) {
 	case pl.changed() && len(pl.planned) > 0:
 		next.InProgress = fmt.Sprintf("lowering capacity (%s): status lowered, shrinking kubepods and evicting pods that no longer fit",
 			transitions(pl.planned, pl.applied, pl.desired))
+	}
+	switch {
+	case pl.changed() && len(pl.forced) > 0 && p.pol.TaintWhileStale:
+		// The taint is protection: a loss's status carries it at once.
+	case pl.changed() && pl.shrinking():
+		// A loss's clamp is written now (Path B); a planned shrink's
+		// comes with its status (Path A2).
+		next.Checking, next.ClampDue = true, len(pl.forced) == 0
 	case p.prev.Evicting && ev.Generation == gen && ev.Done:
-		next.Evicting = false
+		next.Evicting, next.Checking, next.ClampDue = false, false, false
 		next.InProgress = ""
+	case p.prev.Checking && ev.Generation == gen:
+		// Pods to evict, or the look failed: InProgress from now.
+		next.Checking, next.ClampDue = false, false
 	}
 	if !next.Evicting {
 		return types.Condition{}, false

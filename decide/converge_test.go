@@ -61,11 +61,11 @@ func TestConvergeAtStart(t *testing.T) {
 		settled  types.Reason
 	}{{
 		name: "no configured capacity: clamp, warn, evict, then follow the hardware", enforced: big,
-		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
+		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindEmitEvent, KindEvict},
 		message: "cpu 8 → 4, memory 16Gi → 8Gi", settled: types.ReasonAccepted,
 	}, {
 		name: "a configured capacity that was met: EmergencyReduced", enforced: big, conf: spec("cpu", "8", "memory", "16Gi"),
-		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
+		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindEmitEvent, KindEvict},
 		message: "while node-resized was not running", settled: types.ReasonEmergencyReduced,
 	}, {
 		name:     "a configured capacity never met: held Infeasible (Path A1), nothing clamped",
@@ -78,7 +78,7 @@ func TestConvergeAtStart(t *testing.T) {
 		name: "limits unknown", first: types.ReasonAccepted, actions: []ActionKind{KindPatchNodeStatus, KindEmitEvent}, settled: types.ReasonAccepted,
 	}, {
 		name: "memory.max alone", enforced: CgroupLimits{MemoryMax: big.MemoryMax},
-		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict},
+		first: types.ReasonInProgress, actions: []ActionKind{KindClampCgroups, KindEmitEvent, KindEvict},
 		message: "memory 16Gi → 8Gi", settled: types.ReasonAccepted,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,7 +168,11 @@ func TestTaintWhileStale(t *testing.T) {
 	t.Run("turned off", func(t *testing.T) {
 		n := start(t, stale, false)
 		d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 4000) })
-		if taintOf(t, d) || d.Next.Tainted {
+		if d.Next.Tainted || !d.Next.Checking || hasKind(d.Actions, KindPatchNodeStatus) {
+			t.Fatalf("tainted %v, checking %v, actions %v: want the status once the pods are looked at, untainted",
+				d.Next.Tainted, d.Next.Checking, kinds(d.Actions))
+		}
+		if d = n.settle(); taintOf(t, d) || d.Next.Tainted {
 			t.Fatal("tainted with TaintWhileStale off")
 		}
 	})

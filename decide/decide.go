@@ -61,7 +61,9 @@ type Decision struct {
 	// jitter tolerance. Target never exceeds it.
 	Physical resources.List
 	// Condition is the CapacityConfigured condition as it stands after the
-	// actions.
+	// actions. While Next.Checking it is the shrink's InProgress, which is
+	// published only once the evictor has looked at the pods (and not at
+	// all when they fit): Next.Condition is the one published.
 	Condition types.Condition
 	// Actions are to be carried out in order. Empty when nothing changed.
 	Actions []Action
@@ -144,7 +146,11 @@ func Decide(in Input) Decision {
 	pl := p.choosePath()
 	next := p.nextState(pl)
 	cond, ks := p.condition(pl, &next)
-	next.Condition = cond
+	if !next.Checking {
+		// While Checking, the shrink's InProgress is not published yet
+		// (see shrinkCondition): the condition last published stays.
+		next.Condition = cond
+	}
 	next.Tainted, next.TaintFor = p.taint(pl, next)
 	alloc := Allocatable(pl.desired, in.Reservations)
 	acts := p.actions(pl, next, alloc, ks)

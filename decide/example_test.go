@@ -25,8 +25,10 @@ func ExampleAllocatable() {
 	// 16374562816 3993 153
 }
 
-// A downscale ordered through the configured capacity (Path A2): status
-// first, then cgroups, then evictions; Accepted once the evictor is done.
+// A downscale ordered through the configured capacity (Path A2): the
+// evictor looks at the pods first; where every pod fits, the lowered
+// status goes out Accepted, then kubepods shrinks (where some have to go:
+// status InProgress, cgroups, evictions, then Accepted).
 func ExampleDecide() {
 	in := decide.Input{
 		Physical:     decide.Physical{Capacity: resources.List{resources.CPU: 8000, resources.Memory: 32 << 30}},
@@ -49,11 +51,15 @@ func ExampleDecide() {
 	in.Eviction = types.EvictionReport{Generation: d.Next.Generation, Done: true}
 	d = decide.Decide(in)
 	fmt.Println(d.Condition.Reason, d.Condition.Message)
+	for _, a := range d.Actions {
+		fmt.Println(" ", a.Kind())
+	}
 	// Output:
 	// Accepted cpu=8, memory=32Gi
 	// InProgress cpu=4, memory=32Gi
-	//   PatchNodeStatus
-	//   ClampCgroups
 	//   Evict
 	// Accepted configured capacity {"cpu":"4"}: capacity cpu=4, memory=32Gi applied
+	//   PatchNodeStatus
+	//   ClampCgroups
+	//   EmitEvent
 }

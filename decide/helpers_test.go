@@ -122,6 +122,15 @@ func (n *node) settle() Decision {
 	return d
 }
 
+// evicting reports the evictor's first look at the pods of the shrink in
+// flight: some have to go (not Done, nothing blocked).
+func (n *node) evicting() Decision {
+	n.t.Helper()
+	return n.step(func(in *Input) {
+		in.Eviction = types.EvictionReport{Generation: in.Previous.Generation}
+	})
+}
+
 func (n *node) expect(d Decision, reason types.Reason, want ...ActionKind) {
 	n.t.Helper()
 	if d.Condition.Reason != reason {
@@ -164,10 +173,22 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			t.Fatalf("allocatable %s=%d not within [0, target %d]", name, a, v)
 		}
 	}
-	if d.Condition.Reason == types.ReasonInfeasible && actuates(d, KindReassertCgroups) {
+	// (A planned shrink checked before the spec turned Infeasible is
+	// published and clamped once the pods are looked at.)
+	if d.Condition.Reason == types.ReasonInfeasible && actuates(d, KindReassertCgroups) && !in.Previous.Checking {
 		t.Fatalf("Infeasible decision actuates: %v", kinds(d.Actions))
 	}
-	if !d.Next.Condition.Same(d.Condition) {
+	switch {
+	case d.Next.Checking:
+		// The shrink is not published before the evictor has looked
+		// at the pods.
+		if hasKind(d.Actions, KindPatchNodeStatus) {
+			t.Fatalf("a status patch while the pods are checked: %v", kinds(d.Actions))
+		}
+		if d.Condition.Reason != types.ReasonInProgress || !d.Next.Condition.Same(in.Previous.Condition) {
+			t.Fatalf("checking: condition %+v, Next.Condition %+v; want InProgress and the one published before", d.Condition, d.Next.Condition)
+		}
+	case !d.Next.Condition.Same(d.Condition):
 		t.Fatalf("Next.Condition %+v differs from Condition %+v", d.Next.Condition, d.Condition)
 	}
 	if d.Next.Tainted && !in.Policy.TaintWhileStale {
@@ -187,7 +208,13 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 			if !a.Condition.Same(d.Condition) {
 				t.Fatalf("patched condition %+v differs from the decision's %+v", a.Condition, d.Condition)
 			}
-		case ClampCgroups, GrowCgroups, Evict:
+		case ClampCgroups, Evict:
+			// A planned shrink's clamp and evictions come after its
+			// status, once the pods are checked.
+			if !moved && !in.Previous.Checking {
+				t.Fatalf("%s without a change of target (%v)", a.Kind(), d.Target)
+			}
+		case GrowCgroups:
 			if !moved {
 				t.Fatalf("%s without a change of target (%v)", a.Kind(), d.Target)
 			}

@@ -181,7 +181,7 @@ func TestKubeletNotRestartedWhileEvicting(t *testing.T) {
 	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 	n.step(nil)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 6000) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	if d.RestartConsidered {
 		t.Fatal("the clamp's pass considered the restart verdict: a loss would wait for the checkpoints to be read")
 	}

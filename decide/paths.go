@@ -114,6 +114,7 @@ func (p pass) nextState(pl plan) State {
 		next.ChangedAt = p.in.Now
 		next.Evicting = pl.shrinking()
 		next.InProgress = ""
+		next.Checking, next.ClampDue = false, false
 	}
 	return next
 }
@@ -129,36 +130,57 @@ func (p pass) actions(pl plan, next State, alloc resources.List, ks kubeletOutco
 	patch := func() Action {
 		return PatchNodeStatus{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Condition: cond, Taint: next.Tainted}
 	}
-	evict := Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Reason: types.EvictionReason}
+	evict := func(hold bool) Action {
+		return Evict{Generation: gen, Capacity: desired.Clone(), Allocatable: alloc.Clone(), Reason: types.EvictionReason, Hold: hold}
+	}
+	// A shrink is published once the evictor has looked at its pods (see
+	// shrinkCondition): checked says this pass publishes it.
+	checked := p.prev.Checking && !next.Checking && !pl.changed()
 	var acts []Action
 	switch {
 	case pl.changed() && len(pl.forced) > 0: // Path B: physics first
-		acts = append(acts,
-			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
-			patch())
-		if !p.prev.Evicting {
+		acts = append(acts, ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()})
+		if !next.Checking {
+			acts = append(acts, patch()) // with the taint, at once
+		}
+		if !p.prev.Evicting || p.prev.ClampDue {
 			// One Warning per loss: while the eviction for an earlier
 			// step of it runs (a DIMM's blocks going one by one), a
 			// further step tightens the clamp and the condition only.
+			// (A planned shrink whose pods are being looked at is no
+			// loss.)
 			acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventEmergencyCapacityReduced, Message: next.InProgress})
 		}
-		acts = append(acts, evict)
-	case pl.changed() && len(pl.planned) > 0: // Path A2: status first
-		acts = append(acts,
-			patch(),
-			ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
-			evict)
+		acts = append(acts, evict(false))
+	case pl.changed() && len(pl.planned) > 0: // Path A2: the pods looked at, then status first
+		acts = append(acts, evict(true))
 	case pl.changed(): // growth: room first, then advertise it
 		acts = append(acts,
 			GrowCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()},
 			patch())
+	case checked:
+		acts = append(acts, patch())
+		if p.prev.ClampDue {
+			// Path A2: status first, then kubepods shrinks, then the
+			// evictions held until now, if any.
+			acts = append(acts, ClampCgroups{Generation: gen, Capacity: desired.Clone(), Limits: limits()})
+			if next.Evicting {
+				acts = append(acts, evict(false))
+			}
+		}
+	case next.Checking:
+		// Nothing is published before the pods are looked at: a taint
+		// goes with the shrink's status.
 	case !cond.Same(prevCond) || next.Tainted != p.prev.Tainted:
 		acts = append(acts, patch())
 	}
 	switch {
+	case next.Checking: // the condition is not published yet
 	case cond.Reason == types.ReasonInfeasible && !cond.Same(prevCond):
 		acts = append(acts, EmitEvent{Type: types.EventWarning, Reason: types.EventCapacityInfeasible, Message: cond.Message})
-	case cond.Reason == types.ReasonAccepted && (prevCond.Reason != types.ReasonAccepted || pl.changed()):
+	case cond.Reason == types.ReasonAccepted && (prevCond.Reason != types.ReasonAccepted || pl.changed() || (checked && p.prev.ClampDue)):
+		// A loss's own Warning stands for it: a loss published straight
+		// to Accepted (no configured capacity) adds no second event.
 		acts = append(acts, EmitEvent{Type: types.EventNormal, Reason: types.EventCapacityAccepted, Message: cond.Message})
 	}
 	if ks.failed != "" {

@@ -48,16 +48,28 @@ func TestPathA1OrchestratedUpscale(t *testing.T) {
 	}
 }
 
-// Path A2: orchestrated downscale. Status is lowered first, then cgroups,
-// then evictions (a PodDisruptionBudget holds them up for a while), then
+// Path A2: orchestrated downscale. The pods are looked at first; some
+// have to go: status is lowered first, InProgress, then cgroups, then
+// evictions (a PodDisruptionBudget holds them up for a while), then
 // Accepted; the controller then unplugs the hardware, which changes nothing.
 func TestPathA2OrchestratedDownscale(t *testing.T) {
 	n := newNode(t, machine(8, 32*Gi), spec("cpu", "8", "memory", "32Gi"))
 	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
-	// 1–4. Spec lowered: status first (scheduler blocked), kubepods shrinks,
-	// evictions start; InProgress.
+	// Spec lowered: the evictor looks at the pods and evicts none yet;
+	// nothing is published or clamped.
 	d := n.step(func(in *Input) { in.Configured = spec("cpu", "4", "memory", "16Gi") })
+	n.expect(d, types.ReasonInProgress, KindEvict)
+	if hold := d.Actions[0].(Evict); !hold.Hold || hold.Generation != d.Next.Generation {
+		t.Fatalf("evict %+v, want the pods looked at only", hold)
+	}
+	if !d.Next.Checking || !d.Next.ClampDue || d.Next.Condition.Reason != types.ReasonAccepted {
+		t.Fatalf("state %+v, want the shrink checked, its clamp due, Accepted still published", d.Next)
+	}
+
+	// 1–4. Pods have to go: status first (scheduler blocked), kubepods
+	// shrinks, evictions start; InProgress.
+	d = n.evicting()
 	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
 	patch := d.Actions[0].(PatchNodeStatus)
 	if patch.Capacity[resources.CPU] != 4000 || patch.Capacity[resources.Memory] != 16*Gi {
@@ -72,13 +84,13 @@ func TestPathA2OrchestratedDownscale(t *testing.T) {
 		t.Fatalf("clamp %+v", clamp.Limits)
 	}
 	ev := d.Actions[2].(Evict)
-	if ev.Generation != d.Next.Generation || ev.Reason != "NodeCapacityExceeded" || ev.Allocatable[resources.Memory] != wantAlloc {
+	if ev.Generation != d.Next.Generation || ev.Reason != "NodeCapacityExceeded" || ev.Allocatable[resources.Memory] != wantAlloc || ev.Hold {
 		t.Fatalf("evict %+v", ev)
 	}
 	gen := ev.Generation
 
 	// Eviction in progress, nothing new to say.
-	d = n.step(func(in *Input) { in.Eviction = types.EvictionReport{Generation: gen} })
+	d = n.step(func(in *Input) { in.Eviction = types.EvictionReport{Generation: gen, Blocked: ""} })
 	n.expect(d, types.ReasonInProgress)
 
 	// A PodDisruptionBudget blocks: still InProgress, and the message says so.
@@ -102,6 +114,79 @@ func TestPathA2OrchestratedDownscale(t *testing.T) {
 	n.expect(d, types.ReasonAccepted)
 }
 
+// Path A2 where every pod fits the lowered capacity: the evictor's first
+// look says so, and the change is published once, Accepted, with its one
+// event; no InProgress is written.
+func TestPathA2NoPodToEvict(t *testing.T) {
+	n := newNode(t, machine(8, 32*Gi), types.Configured{})
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	d := n.step(func(in *Input) { in.Configured = spec("cpu", "6") })
+	n.expect(d, types.ReasonInProgress, KindEvict)
+
+	// Other input while the pods are looked at: nothing to publish yet.
+	d = n.step(func(in *Input) { in.Now = t0.Add(time.Second) })
+	n.expect(d, types.ReasonInProgress)
+	// A stale report (another generation) is no answer.
+	d = n.step(func(in *Input) { in.Eviction = types.EvictionReport{Generation: in.Previous.Generation - 1} })
+	n.expect(d, types.ReasonInProgress)
+
+	// Every pod fits: the lowered status goes out Accepted, then kubepods
+	// shrinks; one CapacityAccepted.
+	d = n.settle()
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindClampCgroups, KindEmitEvent)
+	patch := d.Actions[0].(PatchNodeStatus)
+	if patch.Capacity[resources.CPU] != 6000 || patch.Condition.Reason != types.ReasonAccepted || patch.Condition.Status != types.StatusTrue {
+		t.Fatalf("status patch %+v", patch)
+	}
+	if c := d.Actions[1].(ClampCgroups); c.Capacity[resources.CPU] != 6000 {
+		t.Fatalf("clamp %+v", c)
+	}
+	if e := d.Actions[2].(EmitEvent); e.Type != types.EventNormal || e.Reason != types.EventCapacityAccepted {
+		t.Fatalf("event %+v", e)
+	}
+	if d.Next.Evicting || d.Next.Checking || d.Next.ClampDue || d.Next.InProgress != "" {
+		t.Fatalf("state %+v, want nothing in flight", d.Next)
+	}
+}
+
+// A planned shrink changed again before the pods were looked at: each
+// change is looked at anew, and only what it settles on is published.
+func TestPathA2ChangedWhileChecking(t *testing.T) {
+	n := newNode(t, machine(8, 32*Gi), types.Configured{})
+	n.step(nil)
+	n.expect(n.step(func(in *Input) { in.Configured = spec("cpu", "6") }), types.ReasonInProgress, KindEvict)
+	// Lowered further: a new generation, looked at anew.
+	d := n.step(func(in *Input) { in.Configured = spec("cpu", "4") })
+	n.expect(d, types.ReasonInProgress, KindEvict)
+	// The answer for the first one is void.
+	d = n.step(func(in *Input) {
+		in.Eviction = types.EvictionReport{Generation: in.Previous.Generation - 1, Done: true}
+	})
+	n.expect(d, types.ReasonInProgress)
+	d = n.settle()
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindClampCgroups, KindEmitEvent)
+	if p := d.Actions[0].(PatchNodeStatus); p.Capacity[resources.CPU] != 4000 {
+		t.Fatalf("patch %+v", p)
+	}
+	// Raised back before the answer: kubepods never shrank; it is
+	// written for the target again, then advertised.
+	n.expect(n.step(func(in *Input) { in.Configured = spec("cpu", "2") }), types.ReasonInProgress, KindEvict)
+	d = n.step(func(in *Input) { in.Configured = spec("cpu", "4") })
+	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
+	if d.Next.Evicting || d.Next.Checking || d.Next.ClampDue {
+		t.Fatalf("state %+v, want nothing in flight", d.Next)
+	}
+	// A loss while a planned shrink is looked at: the loss clamps at
+	// once (Path B), with its Warning, and nothing is clamped later.
+	n.expect(n.step(func(in *Input) { in.Configured = spec("cpu", "3") }), types.ReasonInProgress, KindEvict)
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.CPU, 2000) })
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
+	if d.Next.ClampDue || !d.Next.Checking {
+		t.Fatalf("state %+v, want the loss checked, clamped already", d.Next)
+	}
+	n.expect(n.settle(), types.ReasonEmergencyReduced, KindPatchNodeStatus)
+}
+
 // Cancelling a stuck downscale by restoring the spec (KEP troubleshooting):
 // the cgroups grow back and the condition is Accepted; no deadlock.
 func TestPathA2CancelledBySpecRevert(t *testing.T) {
@@ -111,7 +196,10 @@ func TestPathA2CancelledBySpecRevert(t *testing.T) {
 	d := n.step(func(in *Input) {
 		in.Eviction = types.EvictionReport{Generation: in.Previous.Generation, Blocked: "PodDisruptionBudget"}
 	})
-	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus)
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
+	if !strings.Contains(d.Condition.Message, "eviction blocked: PodDisruptionBudget") {
+		t.Fatalf("message %q", d.Condition.Message)
+	}
 	d = n.step(func(in *Input) { in.Configured = spec("memory", "32Gi") })
 	n.expect(d, types.ReasonAccepted, KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent)
 	if d.Next.Evicting {
@@ -127,14 +215,18 @@ func TestPathBEmergency(t *testing.T) {
 	n := newNode(t, machine(4, 16*Gi), spec("cpu", "4", "memory", "16Gi"))
 	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
-	// 1–3. Balloon inflation takes 4Gi: physics first.
+	// 1–3. Balloon inflation takes 4Gi: physics first, the Warning, the
+	// evictor; the status once it has looked at the pods.
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 12*Gi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	clamp := d.Actions[0].(ClampCgroups)
 	if clamp.Limits.MemoryMax != 12*Gi-768*Mi {
 		t.Fatalf("clamp memory.max %d", clamp.Limits.MemoryMax)
 	}
-	ev := d.Actions[2].(EmitEvent)
+	if e := d.Actions[2].(Evict); e.Hold {
+		t.Fatalf("evict %+v: a loss's evictions are not held", e)
+	}
+	ev := d.Actions[1].(EmitEvent)
 	if ev.Type != types.EventWarning || ev.Reason != "EmergencyCapacityReduced" || !strings.Contains(ev.Message, "memory 16Gi → 12Gi") {
 		t.Fatalf("event %+v", ev)
 	}
@@ -143,7 +235,9 @@ func TestPathBEmergency(t *testing.T) {
 		t.Fatalf("state %+v", d.Next)
 	}
 
-	// 4. Evictions done: EmergencyReduced.
+	// 4. Pods have to go: the status InProgress; evictions done:
+	// EmergencyReduced.
+	n.expect(n.evicting(), types.ReasonInProgress, KindPatchNodeStatus)
 	d = n.settle()
 	n.expect(d, types.ReasonEmergencyReduced, KindPatchNodeStatus)
 	if d.Target[resources.Memory] != 12*Gi || d.Target[resources.CPU] != 4000 {
@@ -168,9 +262,10 @@ func TestPathBEmergency(t *testing.T) {
 	if d.Target[resources.Memory] != 12*Gi {
 		t.Fatalf("target memory %d while the spec is unchanged", d.Target[resources.Memory])
 	}
-	// More loss while held is clamped again.
+	// More loss while held is clamped again; every pod fits: published
+	// once, EmergencyReduced.
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 10*Gi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	d = n.settle()
 	n.expect(d, types.ReasonEmergencyReduced, KindPatchNodeStatus)
 
@@ -219,13 +314,19 @@ func TestUnplannedLossWithoutConfiguredValue(t *testing.T) {
 	n := newNode(t, machine(8, 16*Gi), spec("cpu", "8"))
 	n.step(nil)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
+	// Every pod fits: Accepted at once, the loss's Warning its one event.
+	n.expect(n.settle(), types.ReasonAccepted, KindPatchNodeStatus)
+	// Another loss where pods have to go: InProgress, then Accepted.
+	n.expect(n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 6*Gi) }),
+		types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
+	n.expect(n.evicting(), types.ReasonInProgress, KindPatchNodeStatus)
 	n.expect(n.settle(), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 
 	h := newNode(t, machine(4, 16*Gi), spec("cpu", "8")) // held Infeasible
 	h.expect(h.step(nil), types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	d = h.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 8*Gi) })
-	h.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	h.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	h.expect(h.settle(), types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	// The hold keeps what the hardware forced and grows nothing back.
 	d = h.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi) })
@@ -277,7 +378,7 @@ func TestKubeletRestart(t *testing.T) {
 		in.Now = t0.Add(2 * time.Minute)
 		in.Physical = in.Physical.with(resources.CPU, (6)*1000)
 	})
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	d = n.settle()
 	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus)
 	if want := DefaultRestartInterval - (2*time.Minute - 30*time.Second); d.RequeueAfter != want {
@@ -317,17 +418,24 @@ func TestKubeletRestart(t *testing.T) {
 }
 
 // A loss that comes in steps (a DIMM's blocks going one by one) warns
-// once: while the eviction for an earlier step runs, a further step
-// tightens the clamp and the status without another Warning; a loss after
-// the eviction is done warns again.
+// once: while the eviction for an earlier step runs (or the pods are
+// still being looked at), a further step tightens the clamp and the
+// status without another Warning; a loss after the eviction is done warns
+// again.
 func TestOneWarningPerLoss(t *testing.T) {
 	n := newNode(t, machine(8, 16*Gi), types.Configured{})
 	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 15*Gi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 14*Gi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEvict)
-	n.settle()
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEvict)
+	n.expect(n.evicting(), types.ReasonInProgress, KindPatchNodeStatus)
 	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 13*Gi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEvict)
+	// Published InProgress already: the next step's status goes out once
+	// the evictor has looked again.
+	n.expect(n.evicting(), types.ReasonInProgress, KindPatchNodeStatus)
+	n.settle()
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 12*Gi) })
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 }

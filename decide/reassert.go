@@ -25,7 +25,9 @@ const memoryGranule = 64 << 10
 // converges instead, see firstBaseline) and none when the pass writes
 // new limits anyway.
 func (p pass) reassert(pl plan, next State, acts []Action) (Action, time.Duration) {
-	if p.prev.Applied == nil || next.Applied == nil {
+	if p.prev.Applied == nil || next.Applied == nil || next.ClampDue {
+		// Nothing applied yet; or a planned shrink's clamp waits for
+		// its status (Path A2), and writes the limits then.
 		return nil, 0
 	}
 	for _, a := range acts {

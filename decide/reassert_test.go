@@ -65,7 +65,7 @@ func TestReassertAfterStart(t *testing.T) {
 		}},
 		{name: "the machine shrank again while down: the clamp writes", mut: func(in *Input) {
 			in.Reassert, in.Enforced, in.Physical = true, for4, machine(1, 8*Gi)
-		}, actions: []ActionKind{KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict}},
+		}, actions: []ActionKind{KindClampCgroups, KindEmitEvent, KindEvict}},
 		{name: "the machine grew back while down: the grow writes", mut: func(in *Input) {
 			in.Reassert, in.Enforced, in.Physical = true, for4, machine(4, 16*Gi)
 		}, actions: []ActionKind{KindGrowCgroups, KindPatchNodeStatus, KindEmitEvent}},

@@ -42,7 +42,7 @@ func TestReservedCPUs(t *testing.T) {
 			n.in.Kubelet = staleKubelet
 			n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
 			d := n.step(func(in *Input) { in.Physical = tc.after })
-			n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+			n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 			if e, _ := find[EmitEvent](d.Actions); !strings.Contains(e.Message, tc.message) {
 				t.Errorf("event %q, want it to name %q", e.Message, tc.message)
 			}
@@ -101,5 +101,6 @@ func TestConfiguredCPUsBelowTheReservedCPUs(t *testing.T) {
 	}
 	// Two CPUs keep them: accepted (planned down, Path A2).
 	d = n.step(func(in *Input) { in.Configured = spec("cpu", "2") })
-	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindEvict)
+	n.expect(n.settle(), types.ReasonAccepted, KindPatchNodeStatus, KindClampCgroups, KindEmitEvent)
 }

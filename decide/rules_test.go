@@ -185,8 +185,8 @@ func TestInfeasibleIsTerminalForThatSpecValue(t *testing.T) {
 	n.expect(d, types.ReasonInfeasible, KindPatchNodeStatus, KindEmitEvent)
 	// A valid value is applied.
 	d = n.step(func(in *Input) { in.Configured = spec("cpu", "2") })
-	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
-	n.expect(n.settle(), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonInProgress, KindEvict)
+	n.expect(n.settle(), types.ReasonAccepted, KindPatchNodeStatus, KindClampCgroups, KindEmitEvent)
 }
 
 func TestMemoryJitter(t *testing.T) {
@@ -201,7 +201,7 @@ func TestMemoryJitter(t *testing.T) {
 	}
 	// 150Mi gone is a change: an unplanned loss, clamped at once.
 	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi-150*Mi) })
-	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 	if d.Target[resources.Memory] != 16*Gi-150*Mi {
 		t.Fatalf("target memory %d, want %d", d.Target[resources.Memory], 16*Gi-150*Mi)
 	}
@@ -225,7 +225,7 @@ func TestMemoryJitter(t *testing.T) {
 	k.in.JitterMemory = 10 * Mi
 	k.step(nil)
 	d = k.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, 16*Gi-50*Mi) })
-	k.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	k.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 }
 
 func TestNonsensePhysicalReadingIsRefused(t *testing.T) {
@@ -258,12 +258,12 @@ func TestFirstPassBootstrapParity(t *testing.T) {
 	n := newNode(t, machine(8, 32*Gi), spec("memory", "20Gi"))
 	n.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 8000, "memory": 32 * Gi, "pods": 110}}
 	d := n.step(nil)
-	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindClampCgroups, KindEvict)
+	n.expect(d, types.ReasonInProgress, KindEvict)
 	if d.Target[resources.Memory] != 20*Gi || d.Target[resources.CPU] != 8000 {
 		t.Fatalf("target %v", d.Target)
 	}
 	d = n.settle()
-	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+	n.expect(d, types.ReasonAccepted, KindPatchNodeStatus, KindClampCgroups, KindEmitEvent)
 	if !strings.Contains(d.Condition.Message, "not restarted") {
 		t.Fatalf("message %q should say the kubelet is not restarted for an under-reported target", d.Condition.Message)
 	}
@@ -273,5 +273,5 @@ func TestFirstPassBootstrapParity(t *testing.T) {
 	m := newNode(t, machine(4, 16*Gi), types.Configured{})
 	m.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 8000, "memory": 16 * Gi}}
 	d = m.step(nil)
-	m.expect(d, types.ReasonInProgress, KindClampCgroups, KindPatchNodeStatus, KindEmitEvent, KindEvict)
+	m.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
 }

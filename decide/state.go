@@ -56,6 +56,15 @@ type State struct {
 	Evicting bool `json:"evicting,omitempty"`
 	// InProgress describes the shrink in flight while Evicting.
 	InProgress string `json:"inProgress,omitempty"`
+	// Checking is true while the shrink of Generation waits for the
+	// evictor's first report on it: until then nothing of the shrink is
+	// published (Condition is still the one before it), so that a shrink
+	// no pod has to leave for is published once, with the condition it
+	// settles on, and one that evicts is published InProgress. ClampDue
+	// says that its kubepods clamp comes with its status (Path A2: the
+	// status is lowered first); a loss's (Path B) is written already.
+	Checking bool `json:"checking,omitempty"`
+	ClampDue bool `json:"clampDue,omitempty"`
 	// ChangedAt is when Applied last changed.
 	ChangedAt time.Time `json:"changedAt,omitempty"`
 	// RestartAt is when Decide last asked for a kubelet restart, and
@@ -144,6 +153,12 @@ func (s State) Validate(now time.Time) error {
 		case i > 0 && at.Before(s.Restarts[i-1]):
 			return fmt.Errorf("restarts[%d] %s is before restarts[%d]: not oldest first", i, at.UTC().Format(time.RFC3339), i-1)
 		}
+	}
+	if (s.Checking || s.ClampDue) && !s.Evicting {
+		return errors.New("checking the pods of a shrink that is not in flight")
+	}
+	if s.ClampDue && !s.Checking {
+		return errors.New("a clamp due with no check of the pods in flight")
 	}
 	if s.Evicting {
 		if s.Generation == 0 {

@@ -62,6 +62,9 @@ func TestStateValidate(t *testing.T) {
 		}},
 		{name: "evicting towards zero cpu", change: func(s *State) { s.Applied["cpu"] = 0 }, want: "applied cpu 0"},
 		{name: "evicting towards an unknown resource", change: func(s *State) { s.Applied["bogus"] = 1 }, want: `unknown resource "bogus"`},
+		{name: "a planned shrink's pods looked at", change: func(s *State) { s.Checking, s.ClampDue = true, true }},
+		{name: "checking, not evicting", change: func(s *State) { s.Evicting, s.Checking = false, true }, want: "checking the pods of a shrink that is not in flight"},
+		{name: "a clamp due, not checking", change: func(s *State) { s.ClampDue = true }, want: "a clamp due with no check"},
 		{name: "evicting beyond the machine", change: func(s *State) { s.Applied["memory"] = 16 << 30 }, want: "more than the recorded physical 8Gi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -120,6 +120,7 @@ type Evictor struct {
 	// The work on the current generation; only Run's goroutine uses it.
 	gen      int64
 	done     bool
+	held     bool                  // the generation's Evict holds the evictions (decide.Evict.Hold)
 	count    int                   // pods evicted for this generation
 	evicted  map[string]string     // UID → namespace/name of the evicted pods not yet seen gone
 	reported *types.EvictionReport // the last report sent for this generation
@@ -150,7 +151,8 @@ func New(client dynamic.Interface, opts Options) *Evictor {
 // CPUs online now (empty: unknown, and nobody is evicted for CPU); the
 // progress of ev's generation goes to report (the agent's
 // ReportEviction). It never blocks. An ev whose generation is not newer
-// than the newest one started is ignored; a newer one cancels the pass in
+// than the newest one started is ignored, but for the go-ahead of a held
+// one (the same generation without Hold); a newer one cancels the pass in
 // flight. ctx only gates the request (a done ctx drops it): the work runs
 // under Run's context.
 func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, report func(types.EvictionReport)) {
@@ -159,7 +161,7 @@ func (e *Evictor) Start(ctx context.Context, ev decide.Evict, online []int, repo
 	}
 	ev.Capacity, ev.Allocatable = ev.Capacity.Clone(), ev.Allocatable.Clone()
 	e.mu.Lock()
-	if e.want != nil && ev.Generation <= e.want.Generation {
+	if e.want != nil && ev.Generation <= e.want.Generation && !(ev.Generation == e.want.Generation && e.want.Hold && !ev.Hold) {
 		old := e.want.Generation
 		e.mu.Unlock()
 		e.log.Debug("eviction request ignored: not newer than the one in hand", "generation", ev.Generation, "current", old)
@@ -240,13 +242,18 @@ func (e *Evictor) next(ctx context.Context) (j job, pass context.Context, cancel
 	if !have {
 		return j, pass, cancel, false
 	}
-	if ev.Generation != e.gen || e.noted == nil {
+	switch {
+	case ev.Generation != e.gen || e.noted == nil:
 		// The pods evicted for an older generation stay in e.evicted:
 		// they are waited for until they are gone.
-		e.gen, e.done, e.reported, e.count = ev.Generation, false, nil, 0
+		e.gen, e.done, e.reported, e.count, e.held = ev.Generation, false, nil, 0, ev.Hold
 		e.noted = map[string]bool{}
 		e.log.Info("bringing pods within allocatable", "generation", ev.Generation,
-			"allocatable", ev.Allocatable.String(), "reason", ev.Reason)
+			"allocatable", ev.Allocatable.String(), "reason", ev.Reason, "held", ev.Hold)
+	case e.held && !ev.Hold:
+		// The go-ahead: the status is lowered, the evictions may begin.
+		e.held, e.done = false, false
+		e.log.Info("evictions may begin", "generation", ev.Generation)
 	}
 	return j, pass, cancel, !e.done
 }
@@ -272,6 +279,11 @@ func (e *Evictor) pass(ctx context.Context, j job) outcome {
 		e.m.ResizeErrors.WithLabelValues("eviction").Inc()
 		e.log.Warn("list the node's pods; will retry", "err", err)
 		e.failErr = err
+		if e.reported == nil {
+			// The first look failed: the agent publishes the shrink
+			// InProgress, with why, rather than wait for it.
+			e.report(types.EvictionReport{Generation: ev.Generation, Blocked: err.Error()})
+		}
 		return passFailed
 	}
 	usages, leaving := e.usages(pods)
@@ -287,6 +299,16 @@ func (e *Evictor) pass(ctx context.Context, j job) outcome {
 	victims, fits := Rank(usages, ev.Allocatable, online, exclusive)
 	if len(victims) == 0 {
 		return e.settle(ev, usages, leaving, fits)
+	}
+	if e.reported == nil || ev.Hold {
+		// The first look: pods have to go. Said before any goes, so
+		// that the status goes out InProgress with the evictions.
+		e.report(types.EvictionReport{Generation: ev.Generation})
+	}
+	if ev.Hold {
+		e.done = true // until the go-ahead
+		e.log.Info("pods have to go; held until the status is lowered", "generation", ev.Generation, "pods", len(victims))
+		return passDone
 	}
 	return e.evictAll(ctx, ev, victims)
 }

@@ -383,10 +383,10 @@ func TestEvictorPodDisruptionBudgetBlocksThenRetries(t *testing.T) {
 	h.waitReport("Done", evDone(3))
 
 	rs := h.allReports()
-	if rs[0].Blocked == "" || !rs[len(rs)-1].Done {
-		t.Errorf("reports %+v, want Blocked first and Done last", rs)
+	if rs[0] != (types.EvictionReport{Generation: 3}) || rs[1].Blocked == "" || !rs[len(rs)-1].Done {
+		t.Errorf("reports %+v, want the first look (pods have to go), then Blocked, and Done last", rs)
 	}
-	if n := slices.IndexFunc(rs, func(r types.EvictionReport) bool { return r.Blocked == "" && !r.Done }); n < 0 {
+	if n := slices.IndexFunc(rs[2:], func(r types.EvictionReport) bool { return r.Blocked == "" && !r.Done }); n < 0 {
 		t.Errorf("reports %+v: the Blocked message was never cleared before Done", rs)
 	}
 	for i := 1; i < len(rs); i++ {
@@ -453,6 +453,10 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30)) // a and b must go
 	<-inFlight
+	if rs := h.allReports(); len(rs) != 1 || rs[0] != (types.EvictionReport{Generation: 1}) {
+		t.Fatalf("reports %+v before the first eviction, want the first look's: pods have to go", rs)
+	}
+	first := 1
 	// The hardware came back while a's eviction was in flight: generation
 	// 2 fits without evicting anyone more.
 	h.start(context.Background(), evictOrder(2, 64<<30))
@@ -476,7 +480,7 @@ func TestEvictorNewerGenerationSupersedes(t *testing.T) {
 	}
 	h.tick()
 	h.waitReport("Done for generation 2", evDone(2))
-	for _, r := range h.allReports() {
+	for _, r := range h.allReports()[first:] {
 		if r.Generation != 2 {
 			t.Errorf("report for a superseded generation: %+v", r)
 		}
@@ -513,6 +517,50 @@ func TestEvictorWaitsForEvictedPodsToTerminate(t *testing.T) {
 	}
 	h.tick()
 	h.waitReport("Done", evDone(1))
+}
+
+// TestEvictorHold: a held Evict looks at the pods and evicts nobody: Done
+// when they fit; otherwise one report (pods have to go) and nothing more
+// until the go-ahead, the same generation without Hold; a held Start of
+// that generation again is not one.
+func TestEvictorHold(t *testing.T) {
+	h := newEvHarness(t, []*corev1.Pod{
+		evPod("a", "1Gi", 0, corev1.PodQOSBurstable),
+		evPod("b", "1Gi", 0, corev1.PodQOSBurstable),
+	}, nil)
+	h.ws = map[string]int64{"uid-a": 3 << 30, "uid-b": 1 << 30}
+	h.run()
+	held := func(gen int64, memory int64) decide.Evict {
+		ev := evictOrder(gen, memory)
+		ev.Hold = true
+		return ev
+	}
+	// 4Gi of footprints in 8Gi: they fit, Done at the first look.
+	h.start(context.Background(), held(1, 8<<30))
+	h.waitReport("Done", evDone(1))
+	// In 2Gi, a has to go: said, and held.
+	h.start(context.Background(), held(2, 2<<30))
+	r := h.waitReport("the first look", func(r types.EvictionReport) bool { return r.Generation == 2 })
+	if r != (types.EvictionReport{Generation: 2}) {
+		t.Fatalf("report %+v, want pods to go, neither Done nor Blocked", r)
+	}
+	h.start(context.Background(), held(2, 2<<30)) // not a go-ahead
+	kubetest.WaitFor(t, "the evictor to be idle", func() bool { return !h.clock.HasWaiters() })
+	time.Sleep(50 * time.Millisecond)
+	if got := h.evictions(); len(got) != 0 {
+		t.Fatalf("evicted %v while held", got)
+	}
+	// The go-ahead.
+	h.start(context.Background(), evictOrder(2, 2<<30))
+	h.waitReport("Done", evDone(2))
+	if got := h.evictions(); !slices.Equal(got, []string{"default/a"}) {
+		t.Errorf("evicted %v, want a", got)
+	}
+	for _, r := range h.allReports() {
+		if r.Blocked != "" {
+			t.Errorf("unexpected Blocked report %+v", r)
+		}
+	}
 }
 
 func TestEvictorGuaranteedPodsLosingExclusiveCPUs(t *testing.T) {
@@ -566,8 +614,14 @@ func TestEvictorAPIErrors(t *testing.T) {
 	})
 	h.run()
 	h.start(context.Background(), evictOrder(1, 1<<30))
+	// The first look failed: said at once, so that the shrink is
+	// published rather than wait for it.
+	r := h.waitReport("Blocked by the list", func(r types.EvictionReport) bool { return r.Blocked != "" })
+	if r.Blocked != "list pods on node worker-1: connection refused" || r.Done {
+		t.Errorf("report %+v, want the failed list", r)
+	}
 	h.tick() // after the failed list
-	r := h.waitReport("Blocked", func(r types.EvictionReport) bool { return r.Blocked != "" })
+	r = h.waitReport("Blocked by the eviction", func(r types.EvictionReport) bool { return strings.Contains(r.Blocked, "eviction failed") })
 	if !strings.Contains(r.Blocked, "pod default/a: eviction failed:") || !strings.Contains(r.Blocked, "etcd is sad") {
 		t.Errorf("Blocked = %q", r.Blocked)
 	}
