@@ -269,8 +269,8 @@ func TestPathA2(t *testing.T) {
 	if q := st.Physical[corev1.ResourceCPU]; q.Value() != 4 {
 		t.Errorf("physical cpu %s, want 4", q.String())
 	}
-	// The daemon went through InProgress (status first, then cgroups and
-	// evictions) before Accepted; the API may only have seen the end.
+	// The daemon decided InProgress (the pods looked at first) before
+	// Accepted; with no pod to evict it published only the end.
 	var seq []string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		seq = seq[:0]

@@ -187,3 +187,14 @@ func byAgents(es []auditEntry) []auditEntry {
 	}
 	return out
 }
+
+// perSecond counts es in each of the n seconds from from.
+func perSecond(es []auditEntry, from time.Time, n int) []int {
+	out := make([]int, n)
+	for _, e := range es {
+		if i := int(e.Received.Sub(from) / time.Second); i >= 0 && i < n {
+			out[i]++
+		}
+	}
+	return out
+}
