@@ -32,7 +32,27 @@ type auditEntry struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
-	Received time.Time `json:"requestReceivedTimestamp"`
+	Received       time.Time `json:"requestReceivedTimestamp"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// code is the response's HTTP status code (0 when not recorded).
+func (e auditEntry) code() int {
+	if e.ResponseStatus == nil {
+		return 0
+	}
+	return e.ResponseStatus.Code
+}
+
+// countCodes sums requests by "verb resource code".
+func countCodes(es []auditEntry) counts {
+	c := counts{}
+	for _, e := range es {
+		c[fmt.Sprintf("%s %s %d", e.Verb, e.resource(), e.code())]++
+	}
+	return c
 }
 
 // resource is "nodes/status", "events", ...
@@ -190,9 +210,14 @@ func byAgents(es []auditEntry) []auditEntry {
 
 // perSecond counts es in each of the n seconds from from.
 func perSecond(es []auditEntry, from time.Time, n int) []int {
+	return perSpan(es, from, time.Second, n)
+}
+
+// perSpan counts es in each of the n spans of the given length from from.
+func perSpan(es []auditEntry, from time.Time, span time.Duration, n int) []int {
 	out := make([]int, n)
 	for _, e := range es {
-		if i := int(e.Received.Sub(from) / time.Second); i >= 0 && i < n {
+		if i := int(e.Received.Sub(from) / span); i >= 0 && i < n {
 			out[i]++
 		}
 	}

@@ -586,6 +586,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	time.Sleep(outage)
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer scancel()
+	starting := time.Now()
 	if err := cl.StartAPIServer(sctx); err != nil {
 		t.Fatal(err)
 	}
@@ -602,6 +603,11 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	t.Logf("outage %v: the change made as the API server was back Accepted p50 %v p99 %v max %v; first 10 s: every client %.1f req/s (peak 1 s %.0f), node-resized %.1f req/s (peak 1 s %.0f); steady %.1f req/s (%.1f×)",
 		outage, quantile(ol, .5), quantile(ol, .99), quantile(ol, 1), mean10, peak, agentRate, agentPeak, steady, mean10/math.Max(steady, 0.001))
 	t.Logf("outage: first 10 s, node-resized per node: %s; per second: %v", count(first10, auditEntry.agent).per(n), perSecond(byAgents(first10), back, 10))
+	// The reconnects come while the API server starts, before it is
+	// ready: node-resized's requests per 500 ms from its start.
+	early := byAgents(audit.between(starting, back))
+	t.Logf("outage: the API server ready %v after its start; node-resized before that, per node: %s; per 500 ms: %v",
+		back.Sub(starting).Round(time.Millisecond), countCodes(early).per(n), perSpan(early, starting, 500*time.Millisecond, int(back.Sub(starting)/(500*time.Millisecond))+1))
 
 	// A rollout: every agent restarted at once, nothing changed.
 	time.Sleep(5 * time.Second)
