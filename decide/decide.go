@@ -126,7 +126,8 @@ func managed(name string) bool {
 // cgroups, then evictions (Path A2); a hardware loss below what is applied is
 // clamped at once and evicted (Path B), and when the configured value itself
 // is now above the hardware the clamp is held as EmergencyReduced until that
-// value changes. Calling Decide again with the same input and Previous set to
+// value changes. The status of either shrink waits for the evictor's first
+// look at the pods: InProgress only where some have to go. Calling Decide again with the same input and Previous set to
 // the returned Next yields no actions (but for the ReassertCgroups that
 // Input.Reassert and a failed write of the limits due for retry ask for).
 //
