@@ -93,11 +93,40 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// ErrNotAuthorized is wrapped by the error of a call systemd refused the
+// caller: it lets a caller whose uid is its own (0) manage units, and asks
+// polkit about any other, which refuses a caller that cannot answer (the
+// bus carries no capabilities, so none helps).
+var ErrNotAuthorized = errors.New("systemd refused the call: it lets only root (uid 0) manage units without polkit's consent; run node-resized as root")
+
+// The D-Bus errors of a refused authorization: systemd's own check, and
+// polkit's when it would have to ask someone.
+const (
+	errAccessDenied             = "org.freedesktop.DBus.Error.AccessDenied"
+	errInteractiveAuthorization = "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
+)
+
 // callError wraps a failed call, with ErrBusGone when the connection has
-// been lost meanwhile.
+// been lost meanwhile and ErrNotAuthorized when systemd refused it.
 func (c *Client) callError(conn *sddbus.Conn, what string, err error) error {
 	if !conn.Connected() {
 		return fmt.Errorf("%s: %w: %w", what, ErrBusGone, err)
 	}
+	if notAuthorized(err) {
+		return fmt.Errorf("%s: %w: %w", what, ErrNotAuthorized, err)
+	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// notAuthorized reports whether err is systemd's (or polkit's) refusal.
+func notAuthorized(err error) bool {
+	var v godbus.Error
+	var p *godbus.Error
+	switch {
+	case errors.As(err, &v):
+		return v.Name == errAccessDenied || v.Name == errInteractiveAuthorization
+	case errors.As(err, &p) && p != nil:
+		return p.Name == errAccessDenied || p.Name == errInteractiveAuthorization
+	}
+	return false
 }

@@ -83,6 +83,7 @@ type fakeSystemd struct {
 	props *prop.Properties
 
 	mu       sync.Mutex // guards the fields below
+	deny     string     // non-empty: the D-Bus error RestartUnit refuses with
 	result   string     // the JobRemoved result; "" sends none
 	restarts []string   // the mode of each RestartUnit call
 	starts   []string   // the mode of each StartUnit call
@@ -147,7 +148,11 @@ func (f *fakeSystemd) RestartUnit(name, mode string) (godbus.ObjectPath, *godbus
 	}
 	f.mu.Lock()
 	f.restarts = append(f.restarts, mode)
+	deny := f.deny
 	f.mu.Unlock()
+	if deny != "" {
+		return "", godbus.NewError(deny, []any{"Interactive authentication required."})
+	}
 	return f.queue(name, "restart")
 }
 
@@ -301,6 +306,37 @@ func TestRestartRefusedWhenInactive(t *testing.T) {
 			}
 			f.conn.Close() // release systemd's name for the next case
 		})
+	}
+}
+
+// TestRestartNotAuthorized: systemd's refusal (as it answers a caller
+// that is not root) is an ErrNotAuthorized that says what to do, and keeps
+// systemd's own words; the bus stays usable.
+func TestRestartNotAuthorized(t *testing.T) {
+	b := startBus(t, filepath.Join(t.TempDir(), "bus"))
+	for _, name := range []string{errInteractiveAuthorization, errAccessDenied} {
+		f := exportSystemd(t, b.addr, testUnit, "active", "done")
+		f.mu.Lock()
+		f.deny = name
+		f.mu.Unlock()
+		s := newTestClient(t, b.addr)
+		_, err := s.Restart(context.Background(), testUnit)
+		if !errors.Is(err, ErrNotAuthorized) || !strings.Contains(err.Error(), "Interactive authentication required") ||
+			!strings.Contains(err.Error(), "run node-resized as root") || errors.Is(err, ErrBusGone) {
+			t.Fatalf("%s: %v; want ErrNotAuthorized with systemd's message", name, err)
+		}
+		if _, err := s.UnitState(context.Background(), testUnit); err != nil {
+			t.Fatalf("%s: the bus after the refusal: %v", name, err)
+		}
+		f.conn.Close()
+	}
+	// Any other error is not a refusal.
+	f := exportSystemd(t, b.addr, testUnit, "active", "done")
+	f.mu.Lock()
+	f.deny = "org.freedesktop.systemd1.NoSuchUnit"
+	f.mu.Unlock()
+	if _, err := newTestClient(t, b.addr).Restart(context.Background(), testUnit); err == nil || errors.Is(err, ErrNotAuthorized) {
+		t.Fatalf("NoSuchUnit: %v; want an error that is not ErrNotAuthorized", err)
 	}
 }
 

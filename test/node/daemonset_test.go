@@ -215,6 +215,9 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	if !strings.Contains(failed, "Interactive authentication required") && !strings.Contains(failed, "Access denied") {
 		t.Errorf("the restart failed, but not because systemd refused it: %s", failed)
 	}
+	if !strings.Contains(failed, "run node-resized as root") {
+		t.Errorf("the refusal does not say what to do: %s", failed)
+	}
 	if p := kubeletPID(t, n); p != pid1 {
 		t.Errorf("the kubelet's process changed (%s → %s) though its restart was refused", pid1, p)
 	}
