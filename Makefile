@@ -26,7 +26,7 @@
 #                   v1.36, built by test/node/build-matrix: a first build of each
 #                   takes minutes) and the restart scenarios run on it
 #   make package    the deb and rpm packages in dist/ (package-test checks them,
-#                   with lintian and rpmlint; make man: the manual pages)
+#                   with lintian, rpmlint and systemd-analyze; make man: the manual pages)
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
@@ -233,8 +233,9 @@ man: build
 # The packages' contents, control data and scripts, an install, upgrade and
 # purge with dpkg --root and rpm --root in temporary roots (as root), and
 # make install into a DESTDIR; the manual pages; lintian and rpmlint (no
-# error, no warning: overrides and filters say why). Needs dpkg-dev, rpm,
-# lintian, rpmlint and man-db.
+# error, no warning: overrides and filters say why); systemd-analyze verify
+# and security on the unit and the kubelet's drop-in. Needs dpkg-dev, rpm,
+# lintian, rpmlint, man-db and systemd.
 package-test: build
 	cd tools && $(GO) vet ./...
 	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v ./...

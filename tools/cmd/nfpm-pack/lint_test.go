@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -98,5 +100,64 @@ func checkReasons(t *testing.T, path string, entry *regexp.Regexp) {
 	}
 	if n == 0 {
 		t.Errorf("%s: no entry found", path)
+	}
+}
+
+// maxExposure is the most `systemd-analyze security` may score the shipped
+// unit, in tenths (0 is the most confined, 100 the least, printed as 0.0 to
+// 10.0; it scores 29, printed 2.9): a change that loosens the sandbox makes
+// this test fail, and must say why here.
+const maxExposure = 29
+
+// TestSystemdAnalyze runs systemd's own checks on the unit and the
+// kubelet's drop-in as shipped, their /usr/bin/node-resized pointed at the
+// binaries packaged (systemd-analyze verify checks that every command
+// exists): verify prints nothing, for the unit and for a kubelet.service
+// with the drop-in beside it; security --offline scores the sandbox at most
+// maxExposure.
+func TestSystemdAnalyze(t *testing.T) {
+	need(t, "systemd-analyze")
+	p := packages(t)
+	dir := t.TempDir()
+	copyUnit := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(p.root, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.ReplaceAll(string(b), "/usr/bin/node-resized ", filepath.Join(p.bin, "node-resized")+" ")
+		if s == string(b) {
+			t.Fatalf("%s starts no /usr/bin/node-resized", from)
+		}
+		write(t, filepath.Join(dir, to), s)
+	}
+	copyUnit("systemd/node-resized.service", "node-resized.service")
+	if err := os.Mkdir(filepath.Join(dir, "kubelet.service.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyUnit("packaging/kubelet/90-node-resized.conf", "kubelet.service.d/90-node-resized.conf")
+	// A kubelet unit as the kubelet's packages ship it, in outline.
+	write(t, filepath.Join(dir, "kubelet.service"), "[Unit]\nDescription=kubelet\n\n[Service]\nExecStart=/bin/sleep infinity\nRestart=always\n\n[Install]\nWantedBy=multi-user.target\n")
+
+	unit := filepath.Join(dir, "node-resized.service")
+	// The folder first in the unit path (the trailing colon keeps
+	// systemd's own), so that the drop-in is found.
+	cmd := exec.Command("systemd-analyze", "verify", unit, filepath.Join(dir, "kubelet.service"))
+	cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":", "SYSTEMD_LOG_COLOR=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+
+	cmd = exec.Command("systemd-analyze", "security", "--offline=true", "--no-pager", "--threshold="+strconv.Itoa(maxExposure), unit)
+	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_COLOR=0", "SYSTEMD_COLORS=0")
+	out, err = cmd.CombinedOutput()
+	t.Logf("systemd-analyze security --offline=true node-resized.service:\n%s", out)
+	m := regexp.MustCompile(`exposure level for node-resized\.service: ([0-9.]+)`).FindSubmatch(out)
+	switch {
+	case m == nil:
+		t.Errorf("systemd-analyze security printed no exposure level (%v)", err)
+	case err != nil:
+		t.Errorf("systemd-analyze security: exposure %s is above %.1f: the sandbox was loosened (%v)", m[1], float64(maxExposure)/10, err)
 	}
 }
