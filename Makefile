@@ -185,7 +185,7 @@ e2e-node:
 	cd test && $(GO) test -count=1 -v -timeout 40m -parallel $(NODE_PARALLEL) ./node/
 
 # The kubelet version matrix (test/node/matrix_test.go, build tag matrix):
-# one boot per older kubelet, one after the other; NODE_KUBELETS picks a
+# one boot per older kubelet, NODE_PARALLEL at a time; NODE_KUBELETS picks a
 # subset (e.g. NODE_KUBELETS=v1.35.4). Not part of e2e-node.
 NODE_KUBELETS ?=
 e2e-node-matrix:
@@ -193,7 +193,7 @@ e2e-node-matrix:
 	test/vm/fetch
 	test/node/build
 	test/node/build-matrix
-	cd test && NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 60m -run '^TestKubeletVersions$$' ./node/
+	cd test && NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 60m -parallel $(NODE_PARALLEL) -run '^TestKubeletVersions$$' ./node/
 
 # A plain install without a package: the binaries and the bash completion
 # under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in

@@ -174,7 +174,12 @@ func TestKubeletVersions(t *testing.T) {
 	}
 	for _, r := range pickKubelets(t, runs) {
 		version, gate, _ := strings.Cut(r, "+")
-		t.Run(r, func(t *testing.T) { kubeletVersion(t, version, gate == podLevelGate) })
+		// Each run has its own guest and control plane: they run -parallel
+		// at a time (make e2e-node-matrix: NODE_PARALLEL).
+		t.Run(r, func(t *testing.T) {
+			t.Parallel()
+			kubeletVersion(t, version, gate == podLevelGate)
+		})
 	}
 }
 
