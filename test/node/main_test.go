@@ -49,6 +49,9 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	if nodeBinDir, err = DefaultBinDir(); err == nil {
+		err = guestSees(nodeBinDir, "the kubelet's folder", "set "+EnvBinDir+" or XDG_CACHE_HOME elsewhere")
+	}
+	if err == nil {
 		t0 := time.Now()
 		if err = Build(ctx, nodeBinDir); err == nil {
 			fmt.Fprintf(os.Stderr, "kubelet and fakecri in %s ready after %v\n", nodeBinDir, time.Since(t0).Round(time.Millisecond))

@@ -278,6 +278,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	if err := guestSees(binDir, "the kubelet's folder", "set "+EnvBinDir+" or XDG_CACHE_HOME elsewhere"); err != nil {
+		return nil, err
+	}
 	if cfg.SkipBuild {
 		err = checkBinaries(binDir)
 	} else {
@@ -296,6 +299,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if err := checkExecutable(kubelet); err != nil {
 			return nil, err
 		}
+		if err := guestSees(kubelet, "the kubelet", "build it elsewhere"); err != nil {
+			return nil, err
+		}
 	}
 	var runtimeDir string
 	if cfg.Runtime == RuntimeContainerd {
@@ -305,6 +311,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 		}
 		if runtimeDir, err = filepath.Abs(runtimeDir); err != nil {
+			return nil, err
+		}
+		if err := guestSees(runtimeDir, "the container runtime's folder", "set XDG_CACHE_HOME or Config.RuntimeDir elsewhere"); err != nil {
 			return nil, err
 		}
 		if cfg.SkipBuild {
@@ -370,6 +379,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if f.Link {
 			src, err := filepath.Abs(f.Source)
 			if err != nil {
+				return nil, err
+			}
+			if err := guestSees(src, "the source of "+f.Path, "keep it elsewhere, e.g. under /var/tmp, or copy it (Link false)"); err != nil {
 				return nil, err
 			}
 			tree.symlink(f.Path, src)
@@ -655,4 +667,25 @@ func shellJoin(words []string) string {
 		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 	}
 	return strings.Join(q, " ")
+}
+
+// guestMounts are the folders the guest mounts its own file systems over,
+// hiding this machine's.
+var guestMounts = []string{"/tmp", "/run", "/proc", "/sys", "/dev"}
+
+// guestSees fails for a path on this machine that the guest is to reach
+// through its read-only view of this machine's root but cannot, because
+// the guest mounts over a folder above it: a symlink to it would dangle in
+// the guest, and its kubelet or runtime would never start. what names the
+// path, how says what to do.
+func guestSees(p, what, how string) error {
+	if a, err := filepath.Abs(p); err == nil {
+		p = a
+	}
+	for _, m := range guestMounts {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return fmt.Errorf("node: %s %s is under %s, which the guest mounts over, so the guest cannot see it: %s", what, p, m, how)
+		}
+	}
+	return nil
 }
