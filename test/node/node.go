@@ -278,7 +278,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	if err := guestSees(binDir, "the kubelet's folder", "set "+EnvBinDir+" or XDG_CACHE_HOME elsewhere"); err != nil {
+	if err := binDirSeen(binDir); err != nil {
 		return nil, err
 	}
 	if cfg.SkipBuild {
@@ -667,6 +667,11 @@ func shellJoin(words []string) string {
 		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 	}
 	return strings.Join(q, " ")
+}
+
+// binDirSeen fails, saying what to set, when the guest cannot see binDir.
+func binDirSeen(binDir string) error {
+	return guestSees(binDir, "the kubelet's folder", "set "+EnvBinDir+" or XDG_CACHE_HOME elsewhere")
 }
 
 // guestMounts are the folders the guest mounts its own file systems over,
