@@ -422,17 +422,26 @@ func TestRealCPUHotplugToPatch(t *testing.T) {
 		e.waitState(cpus, "Accepted")
 	}
 	// A loss is patched at once, a gain after --coalesce-gains: the
-	// patches of the smaller machine are the losses'.
+	// patches of the smaller machine are the losses'. The last patch
+	// can show on the Node (which the wait above watches) before the
+	// daemon has read the API server's reply and logged it: wait for
+	// the log line.
 	var lat, losses, gains []time.Duration
 	smaller := fmt.Sprintf("cpu=%d,", cpus-1)
-	for _, r := range e.d.Stderr.Records("Node status patched")[before:] {
-		if ns, ok := r["latency"].(float64); ok {
-			lat = append(lat, time.Duration(ns))
-			if c, _ := r["capacity"].(string); strings.HasPrefix(c, smaller) {
-				losses = append(losses, time.Duration(ns))
-			} else {
-				gains = append(gains, time.Duration(ns))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lat, losses, gains = nil, nil, nil
+		for _, r := range e.d.Stderr.Records("Node status patched")[before:] {
+			if ns, ok := r["latency"].(float64); ok {
+				lat = append(lat, time.Duration(ns))
+				if c, _ := r["capacity"].(string); strings.HasPrefix(c, smaller) {
+					losses = append(losses, time.Duration(ns))
+				} else {
+					gains = append(gains, time.Duration(ns))
+				}
 			}
+		}
+		if len(lat) >= 2*cycles || time.Now().After(deadline) {
+			break
 		}
 	}
 	if len(lat) < 2*cycles {
