@@ -46,6 +46,9 @@ const (
 	// eventFlushTimeout bounds the writing of the events still queued
 	// when the writer's context ends.
 	eventFlushTimeout = 3 * time.Second
+	// eventStatusWait bounds how long an event waits for the Node status
+	// patch that was wanted when its turn came (statusSettled).
+	eventStatusWait = 5 * time.Second
 )
 
 // eventWriter writes events on one Node. It is safe for concurrent use;
@@ -63,6 +66,10 @@ type eventWriter struct {
 	// armed counts the retry waits set on clock, so that tests step a
 	// fake clock only once the wait they mean is set.
 	armed atomic.Int64
+	// statusSettled, when set, returns a channel closed once the Node
+	// status being patched has gone out, nil when none is: an event
+	// waits for it, at most eventStatusWait.
+	statusSettled func() <-chan struct{}
 
 	mu   sync.Mutex // guards last
 	last int64      // the Unix nanoseconds in the newest event's name
@@ -146,12 +153,35 @@ func (w *eventWriter) run(ctx context.Context) {
 			w.flush(ctx, nil)
 			return
 		case ev := <-w.queue:
-			if !w.write(ctx, ev) {
+			if !w.afterStatus(ctx) || !w.write(ctx, ev) {
 				w.flush(ctx, ev)
 				return
 			}
 		}
 	}
+}
+
+// afterStatus waits, at most eventStatusWait, for the Node status patch
+// under way to be acknowledged (or to fail). It returns false when ctx
+// ended first.
+func (w *eventWriter) afterStatus(ctx context.Context) bool {
+	if w.statusSettled == nil {
+		return true
+	}
+	settled := w.statusSettled()
+	if settled == nil {
+		return true
+	}
+	t := w.clock.NewTimer(eventStatusWait)
+	w.armed.Add(1)
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-t.C():
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // write writes ev, trying again with jittered exponential backoff while

@@ -260,3 +260,77 @@ func TestRunEndsDuringARetry(t *testing.T) {
 		t.Errorf("%d events after %d tries, want 1 after 2", n, h.fail.count())
 	}
 }
+
+// An event waits for the status patch under way (statusSettled) before it
+// is written: the status, which the scheduler reads, goes to the API
+// server first; and at most eventStatusWait.
+func TestEventWaitsForTheStatusPatch(t *testing.T) {
+	t.Run("settled", func(t *testing.T) {
+		h := newEventHarness(t, 0, nil)
+		settled := make(chan struct{})
+		h.w.statusSettled = func() <-chan struct{} { return settled }
+		h.run(t)
+		h.w.record(h.w.event("Normal", "CapacityAccepted", "Resize", "capacity cpu=3 applied"))
+		kubetest.WaitFor(t, "the event written or waiting", func() bool {
+			return h.w.armed.Load() == 1 || h.fail.count() > 0
+		})
+		if n := h.fail.count(); n != 0 {
+			t.Fatalf("%d events written while the status patch was under way, want 0", n)
+		}
+		close(settled)
+		kubetest.WaitFor(t, "the event", func() bool { return len(typedEvents(t, h.api)) == 1 })
+	})
+	t.Run("bounded", func(t *testing.T) {
+		h := newEventHarness(t, 0, nil)
+		h.w.statusSettled = func() <-chan struct{} { return make(chan struct{}) } // never
+		h.run(t)
+		h.w.record(h.w.event("Normal", "CapacityAccepted", "Resize", "capacity cpu=3 applied"))
+		kubetest.WaitFor(t, "the event to wait", func() bool { return h.w.armed.Load() == 1 })
+		h.clock.Step(eventStatusWait - time.Nanosecond)
+		time.Sleep(20 * time.Millisecond)
+		if n := h.fail.count(); n != 0 {
+			t.Fatalf("%d events written before eventStatusWait, want 0", n)
+		}
+		h.clock.Step(time.Nanosecond)
+		kubetest.WaitFor(t, "the event", func() bool { return len(typedEvents(t, h.api)) == 1 })
+	})
+}
+
+// The relay's statusSettled: nothing to wait for when no status is
+// wanted or the last patch failed (it is being retried); otherwise a
+// channel closed when the patch is acknowledged.
+func TestStatusSettled(t *testing.T) {
+	h := startRelay(t, 0)
+	if ch := h.r.statusSettled(); ch != nil {
+		t.Fatal("statusSettled with no status wanted: a channel, want nil")
+	}
+	h.rec.mu.Lock() // the API server holds the patch
+	h.r.Publish(status(3, types.ReasonAccepted))
+	ch := h.r.statusSettled()
+	if ch == nil {
+		h.rec.mu.Unlock()
+		t.Fatal("statusSettled with a status wanted: nil, want a channel")
+	}
+	select {
+	case <-ch:
+		h.rec.mu.Unlock()
+		t.Fatal("settled before the patch was acknowledged")
+	default:
+	}
+	h.rec.mu.Unlock()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not settled after the patch")
+	}
+	if h.rec.count() != 1 {
+		t.Errorf("%d patches, want 1", h.rec.count())
+	}
+
+	f := startRelay(t, 1)
+	f.r.Publish(status(3, types.ReasonAccepted))
+	kubetest.WaitFor(t, "the failed patch", func() bool { return f.r.Stats().LastError != "" })
+	if ch := f.r.statusSettled(); ch != nil {
+		t.Error("statusSettled after a failed patch: a channel, want nil")
+	}
+}

@@ -203,6 +203,9 @@ type Relay struct {
 	// not known), taintRefused the taint the API server last refused to
 	// set or lift (nil: none).
 	taintSeen, taintRefused *bool
+	// settled is closed when the wanted status has gone out (or its patch
+	// failed); nil while no one waits for that (statusSettled).
+	settled chan struct{}
 }
 
 // New returns a relay that patches the Node and records events through
@@ -211,7 +214,7 @@ type Relay struct {
 // matter to Connect).
 func New(client, nodes dynamic.Interface, opts Options) *Relay {
 	opts = opts.withDefaults()
-	return &Relay{
+	r := &Relay{
 		opts:   opts,
 		client: client,
 		nodes:  nodes.Resource(objects.Nodes),
@@ -222,6 +225,35 @@ func New(client, nodes dynamic.Interface, opts Options) *Relay {
 		events: newEventWriter(client, opts),
 		wake:   make(chan struct{}, 1),
 		subs:   slices.Clone(opts.NodeSubscribers),
+	}
+	r.events.statusSettled = r.statusSettled
+	return r
+}
+
+// statusSettled returns a channel closed once no wanted status waits for
+// the API server: nil when none does now, or when the last patch failed
+// (an event then need not wait for a patch that is being retried). The
+// event writer waits on it, so that a change's status, which the
+// scheduler reads, goes before its event, which a person reads: when a
+// fleet changes at once, the API server's queue holds the patches first.
+func (r *Relay) statusSettled() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.want == nil || r.lastErr != nil {
+		return nil
+	}
+	if r.settled == nil {
+		r.settled = make(chan struct{})
+	}
+	return r.settled
+}
+
+// settle wakes whoever waits for the wanted status to go out. r.mu must
+// be held.
+func (r *Relay) settle() {
+	if r.settled != nil {
+		close(r.settled)
+		r.settled = nil
 	}
 }
 
@@ -441,6 +473,7 @@ func (r *Relay) adopted(want *types.NodeStatus) {
 	} else {
 		r.wantFrom = r.wantAt
 	}
+	r.settle()
 	r.mu.Unlock()
 	r.log.Info("the Node shows the status already; not patched", "node", r.opts.NodeName,
 		"capacity", want.Capacity.String(), "condition", string(want.Condition.Reason))
@@ -522,6 +555,7 @@ func (r *Relay) sendTaint(ctx context.Context, s types.NodeStatus) error {
 func (r *Relay) patchFailed(err error, retryIn time.Duration) {
 	r.mu.Lock()
 	r.lastErr = err
+	r.settle()
 	r.mu.Unlock()
 	r.m.ResizeErrors.WithLabelValues("api_patch").Inc()
 	r.log.Warn("patch Node status; will retry", "node", r.opts.NodeName, "err", err, "in", retryIn)
@@ -539,6 +573,7 @@ func (r *Relay) patched(want *types.NodeStatus) {
 	} else {
 		r.wantFrom = r.wantAt // the newer one is wanted since it came
 	}
+	r.settle()
 	r.mu.Unlock()
 	args := []any{"node", r.opts.NodeName, "capacity", want.Capacity.String(), "condition", string(want.Condition.Reason)}
 	if !want.Since.IsZero() {
