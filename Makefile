@@ -133,13 +133,14 @@ bench:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./uevent/
 
-# The control plane's first build is not counted by -timeout.
+# The control plane's first build is not counted by -timeout. The fleet's
+# ten agents (test/fleet, its own control plane) run beside test/e2e: most
+# of its minute and a half is waiting (an idle window, an outage).
 e2e:
 	test/cluster/up -build-only
-	cd test && $(GO) test -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/
+	cd test && $(GO) test -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/ ./fleet/
 	$(PARITY_TEST)
 	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
-	cd test && $(GO) test -count=1 -v -timeout 15m ./fleet/
 
 # The fleet benchmark (test/fleet): 100, 250 and 500 real node-resized
 # processes against one control plane, a 60 s outage, a 2 minute idle
