@@ -33,6 +33,7 @@ type auditEntry struct {
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
 	Received       time.Time `json:"requestReceivedTimestamp"`
+	Completed      time.Time `json:"stageTimestamp"` // the response complete
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
@@ -222,4 +223,43 @@ func perSpan(es []auditEntry, from time.Time, span time.Duration, n int) []int {
 		}
 	}
 	return out
+}
+
+// eventOrder checks, in es (one change's requests), each agent's event
+// against its status patch: an event waits for the answer to the patch
+// under way (at most 5 s, which the patch, sent first, is always
+// received within). It returns how many
+// events were received after their patch's answer, how many of the
+// nodes had both, and the nodes whose event reached the API server
+// before their patch did (none should).
+func eventOrder(es []auditEntry) (after, pairs int, early []string) {
+	patch := map[string]auditEntry{}
+	event := map[string]auditEntry{}
+	for _, e := range byAgents(es) {
+		switch {
+		case e.Verb == "patch" && e.resource() == "nodes/status":
+			if _, ok := patch[e.User.Username]; !ok {
+				patch[e.User.Username] = e
+			}
+		case e.Verb == "create" && e.resource() == "events":
+			if _, ok := event[e.User.Username]; !ok {
+				event[e.User.Username] = e
+			}
+		}
+	}
+	for user, ev := range event {
+		p, ok := patch[user]
+		if !ok {
+			continue
+		}
+		pairs++
+		switch {
+		case !ev.Received.Before(p.Completed):
+			after++
+		case ev.Received.Before(p.Received):
+			early = append(early, strings.TrimPrefix(user, "system:node:"))
+		}
+	}
+	slices.Sort(early)
+	return after, pairs, early
 }

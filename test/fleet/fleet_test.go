@@ -625,6 +625,11 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 		written.last().Sub(s0).Round(time.Millisecond), s1.Sub(s0).Round(time.Millisecond), sweepReq.per(n), float64(sweepReq.writes())/float64(n), sweepCPU)
 	t.Logf("sweep: CPU from its start to 3 s after the last Accepted (%v): the machine %.2f s, the API server %.2f s, every node-resized together %.2f s, the rest (etcd, the stand-in kubelets, this test) %.2f s",
 		time.Since(s0).Round(time.Millisecond), sweepMachineCPU, sweepCPU, sweepAgentsCPU, sweepMachineCPU-sweepCPU-sweepAgentsCPU)
+	after, pairs, eventsEarly := eventOrder(audit.between(s0, time.Now()))
+	t.Logf("sweep: %d of %d events received after the answer to their Node's status patch", after, pairs)
+	if len(eventsEarly) > 0 {
+		t.Errorf("sweep: the event reached the API server before the status patch on %d Nodes (%s, ...), want it after", len(eventsEarly), eventsEarly[0])
+	}
 	if w := float64(sweepReq.writes()) / float64(n); w > maxWritesPerChange {
 		t.Errorf("sweep: %.2f writes per node, want at most %d", w, maxWritesPerChange)
 	}
