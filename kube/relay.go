@@ -206,6 +206,10 @@ type Relay struct {
 	// settled is closed when the wanted status has gone out (or its patch
 	// failed); nil while no one waits for that (statusSettled).
 	settled chan struct{}
+
+	// republished, when set (tests), runs after the watch's republish
+	// has made the status it republishes wanted, before it is sent.
+	republished func()
 }
 
 // New returns a relay that patches the Node and records events through
@@ -353,8 +357,15 @@ func (r *Relay) Run(ctx context.Context) error {
 // Publish sets the wanted Node status. It never blocks: the worker sends
 // the newest wanted status, so a burst of changes costs one patch.
 func (r *Relay) Publish(s types.NodeStatus) {
-	now := r.clock.Now()
 	r.mu.Lock()
+	r.wantLocked(s)
+	r.mu.Unlock()
+	r.wakeSender()
+}
+
+// wantLocked makes s the wanted status. r.mu must be held.
+func (r *Relay) wantLocked(s types.NodeStatus) {
+	now := r.clock.Now()
 	if r.want != nil && !r.want.Since.IsZero() && (s.Since.IsZero() || r.want.Since.Before(s.Since)) {
 		// Keep the earliest unacknowledged hardware change for the
 		// latency measurement.
@@ -366,7 +377,10 @@ func (r *Relay) Publish(s types.NodeStatus) {
 		r.wantAt = now
 	}
 	r.want = &s
-	r.mu.Unlock()
+}
+
+// wakeSender tells sendStatuses that a status is wanted.
+func (r *Relay) wakeSender() {
 	select {
 	case r.wake <- struct{}{}:
 	default:

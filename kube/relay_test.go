@@ -69,6 +69,16 @@ func (p *patchRecorder) react(a k8stesting.Action) (bool, runtime.Object, error)
 	return false, nil, nil // let the tracker apply it
 }
 
+// last is the body of the last patch that was let through (nil: none).
+func (p *patchRecorder) last() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.patches) == 0 {
+		return nil
+	}
+	return p.patches[len(p.patches)-1]
+}
+
 func (p *patchRecorder) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -562,5 +572,45 @@ func TestEvictAsNodeImpersonatesOnlyForEvictions(t *testing.T) {
 		if evict != want || own != "" {
 			t.Errorf("EvictAsNode %v: the evictor impersonates %q (want %q), the relay %q (want none)", asNode, evict, want, own)
 		}
+	}
+}
+
+// TestRepublishNeverReplacesANewerStatus: the watch's republish of the
+// status last acknowledged and the agent's newer status race on two
+// goroutines. Whatever the order, the newer status is the one wanted
+// last, patched last, and what the relay takes as sent; an older status
+// wanted after it would be patched last and republished from then on.
+func TestRepublishNeverReplacesANewerStatus(t *testing.T) {
+	views := make(chan types.NodeView, 10)
+	h := startRelay(t, 0, viewRecorder{name: "v", log: new([]string), mu: new(sync.Mutex), views: views})
+	nextView(t, views) // the initial list
+	old := status(4, types.ReasonAccepted)
+	h.r.Publish(old)
+	kubetest.WaitFor(t, "the first patch", func() bool { return h.rec.count() == 1 && !h.r.Stats().Pending })
+
+	newer := status(4, types.ReasonAccepted)
+	newer.Condition.Message = "configured capacity {\"cpu\":\"4\"}: capacity cpu=4 applied"
+	// The agent publishes its newer decision the moment the republish
+	// has decided to send the old status again.
+	h.r.mu.Lock()
+	h.r.republished = func() { h.r.Publish(newer) }
+	h.r.mu.Unlock()
+	// A kubelet rewrote allocatable: the Node no longer shows old.
+	reverted := unstructuredNode(map[string]any{"cpu": "4", "memory": "8Gi"}, map[string]any{"cpu": "4", "memory": "8Gi"},
+		map[string]any{"type": types.ConditionType, "status": string(old.Condition.Status), "reason": string(old.Condition.Reason)})
+	v, err := parseUnstructured(reverted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r.republish(v)
+	kubetest.WaitFor(t, "the newer status patched", func() bool { return !h.r.Stats().Pending })
+	h.r.mu.Lock()
+	sent := h.r.sent
+	h.r.mu.Unlock()
+	if sent == nil || sent.Condition.Message != newer.Condition.Message {
+		t.Fatalf("the relay took %+v as sent last, want the newer status (message %q)", sent, newer.Condition.Message)
+	}
+	if last := h.rec.last(); !strings.Contains(string(last), "configured capacity") {
+		t.Errorf("the last patch %s is not the newer status", last)
 	}
 }

@@ -237,20 +237,28 @@ func (r *Relay) observe(obj any) {
 
 // republish sends the status the API server acknowledged last again if the
 // Node no longer shows it (a kubelet rewrote status.capacity from its own
-// view) and nothing newer is pending.
+// view) and nothing newer is pending. The check and the want are one step
+// under r.mu: a status published between them (the agent's newer
+// decision, on its own goroutine) would otherwise be replaced by the older
+// one, which would then be sent last and republished from then on.
 func (r *Relay) republish(v types.NodeView) {
 	r.mu.Lock()
 	sent := r.sent
-	pending := r.want != nil
-	r.mu.Unlock()
-	if sent == nil || pending || shows(v, *sent) {
+	if sent == nil || r.want != nil || shows(v, *sent) {
+		r.mu.Unlock()
 		return
 	}
-	r.log.Info("Node status no longer shows the published capacity; publishing it again",
-		"node", r.opts.NodeName, "node_capacity", v.Capacity.String(), "published", sent.Capacity.String())
 	again := *sent
 	again.Since = time.Time{}
-	r.Publish(again)
+	r.wantLocked(again)
+	hook := r.republished
+	r.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	r.wakeSender()
+	r.log.Info("Node status no longer shows the published capacity; publishing it again",
+		"node", r.opts.NodeName, "node_capacity", v.Capacity.String(), "published", sent.Capacity.String())
 }
 
 // shows reports whether the Node shows the status s.
