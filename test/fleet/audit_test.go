@@ -31,6 +31,7 @@ type auditEntry struct {
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	Received       time.Time `json:"requestReceivedTimestamp"`
 	Completed      time.Time `json:"stageTimestamp"` // the response complete
@@ -262,4 +263,85 @@ func eventOrder(es []auditEntry) (after, pairs int, early []string) {
 	}
 	slices.Sort(early)
 	return after, pairs, early
+}
+
+// stages splits each Node's way from the admin's write of its configured
+// capacity to Accepted (seen, by the bench's watch) at the requests the
+// API server logged: the admin's patch answered → node-resized's pod list
+// received (the watch's delivery and the decision) → the list answered
+// (the API server) → its status patch received (the evictor's look and
+// the relay) → the patch answered (the API server) → seen Accepted (the
+// bench's watch). It returns each stage's p50 and p99, in that order.
+func stages(es []auditEntry, seen map[string]time.Time) string {
+	type way struct{ write, list, patch *auditEntry }
+	ways := map[string]*way{}
+	get := func(node string) *way {
+		if ways[node] == nil {
+			ways[node] = &way{}
+		}
+		return ways[node]
+	}
+	for i := range es {
+		e := &es[i]
+		switch {
+		case !e.agent() && e.Verb == "patch" && e.resource() == "nodes" && e.ObjectRef.Name != "":
+			if w := get(e.ObjectRef.Name); w.write == nil {
+				w.write = e
+			}
+		case e.agent() && e.Verb == "list" && e.resource() == "pods":
+			if w := get(strings.TrimPrefix(e.User.Username, "system:node:")); w.list == nil {
+				w.list = e
+			}
+		case e.agent() && e.Verb == "patch" && e.resource() == "nodes/status":
+			if w := get(strings.TrimPrefix(e.User.Username, "system:node:")); w.patch == nil {
+				w.patch = e
+			}
+		}
+	}
+	names := []string{"write answered → pod list received", "pod list in the API server", "list answered → status patch received",
+		"status patch in the API server", "patch answered → seen Accepted"}
+	parts := make([][]time.Duration, len(names))
+	for node, w := range ways {
+		at, ok := seen[node]
+		if w.write == nil || w.list == nil || w.patch == nil || !ok {
+			continue
+		}
+		for i, d := range []time.Duration{w.list.Received.Sub(w.write.Completed), w.list.Completed.Sub(w.list.Received),
+			w.patch.Received.Sub(w.list.Completed), w.patch.Completed.Sub(w.patch.Received), at.Sub(w.patch.Completed)} {
+			parts[i] = append(parts[i], d)
+		}
+	}
+	var b strings.Builder
+	for i, ds := range parts {
+		slices.Sort(ds)
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s p50 %v p99 %v", names[i], quantile(ds, .5), quantile(ds, .99))
+	}
+	fmt.Fprintf(&b, " (%d Nodes)", len(parts[0]))
+	return b.String()
+}
+
+// acceptedAt returns, for each Node the bench's watch saw in its awaited
+// state (seen), when the API server answered the status patch that put
+// it there: node-resized's last status patch for that Node answered no
+// later than it was seen. This is when the Node is in that state for
+// every reader; seen adds the bench's own watch's delay.
+func acceptedAt(es []auditEntry, seen map[string]time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, e := range es {
+		if !e.agent() || e.Verb != "patch" || e.resource() != "nodes/status" || e.code() >= 300 {
+			continue
+		}
+		node := strings.TrimPrefix(e.User.Username, "system:node:")
+		at, ok := seen[node]
+		if !ok || e.Completed.After(at) {
+			continue
+		}
+		if e.Completed.After(out[node]) {
+			out[node] = e.Completed
+		}
+	}
+	return out
 }
