@@ -265,48 +265,59 @@ func eventOrder(es []auditEntry) (after, pairs int, early []string) {
 	return after, pairs, early
 }
 
-// stages splits each Node's way from the admin's write of its configured
-// capacity to Accepted (seen, by the bench's watch) at the requests the
-// API server logged: the admin's patch answered → node-resized's pod list
-// received (the watch's delivery and the decision) → the list answered
-// (the API server) → its status patch received (the evictor's look and
-// the relay) → the patch answered (the API server) → seen Accepted (the
-// bench's watch). It returns each stage's p50 and p99, in that order.
-func stages(es []auditEntry, seen map[string]time.Time) string {
-	type way struct{ write, list, patch *auditEntry }
+// adminWrites returns when the API server answered the first write of
+// each Node by someone other than node-resized (the bench's admin).
+func adminWrites(es []auditEntry) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, e := range es {
+		if e.agent() || e.Verb != "patch" || e.resource() != "nodes" || e.ObjectRef.Name == "" {
+			continue
+		}
+		if _, ok := out[e.ObjectRef.Name]; !ok {
+			out[e.ObjectRef.Name] = e.Completed
+		}
+	}
+	return out
+}
+
+// stages splits each Node's way from its start (from: the admin's write
+// answered, the machine's change) to its new state seen by the bench's
+// watch at the requests the API server logged: the start → node-resized's
+// pod list received (for a write, the watch's delivery; then the
+// decision) → the list answered (the API server) → its status patch
+// received (the evictor's look and the relay) → the patch answered (the
+// API server) → seen (the bench's watch). It returns each stage's p50
+// and p99, in that order.
+func stages(es []auditEntry, from map[string]time.Time, start string, seen map[string]time.Time) string {
+	type way struct{ list, patch *auditEntry }
 	ways := map[string]*way{}
-	get := func(node string) *way {
+	for i := range es {
+		e := &es[i]
+		if !e.agent() {
+			continue
+		}
+		node := strings.TrimPrefix(e.User.Username, "system:node:")
 		if ways[node] == nil {
 			ways[node] = &way{}
 		}
-		return ways[node]
-	}
-	for i := range es {
-		e := &es[i]
+		w := ways[node]
 		switch {
-		case !e.agent() && e.Verb == "patch" && e.resource() == "nodes" && e.ObjectRef.Name != "":
-			if w := get(e.ObjectRef.Name); w.write == nil {
-				w.write = e
-			}
-		case e.agent() && e.Verb == "list" && e.resource() == "pods":
-			if w := get(strings.TrimPrefix(e.User.Username, "system:node:")); w.list == nil {
-				w.list = e
-			}
-		case e.agent() && e.Verb == "patch" && e.resource() == "nodes/status":
-			if w := get(strings.TrimPrefix(e.User.Username, "system:node:")); w.patch == nil {
-				w.patch = e
-			}
+		case e.Verb == "list" && e.resource() == "pods" && w.list == nil:
+			w.list = e
+		case e.Verb == "patch" && e.resource() == "nodes/status" && w.patch == nil:
+			w.patch = e
 		}
 	}
-	names := []string{"write answered → pod list received", "pod list in the API server", "list answered → status patch received",
-		"status patch in the API server", "patch answered → seen Accepted"}
+	names := []string{start + " → pod list received", "pod list in the API server", "list answered → status patch received",
+		"status patch in the API server", "patch answered → seen"}
 	parts := make([][]time.Duration, len(names))
 	for node, w := range ways {
+		t0, ok0 := from[node]
 		at, ok := seen[node]
-		if w.write == nil || w.list == nil || w.patch == nil || !ok {
+		if w.list == nil || w.patch == nil || !ok || !ok0 {
 			continue
 		}
-		for i, d := range []time.Duration{w.list.Received.Sub(w.write.Completed), w.list.Completed.Sub(w.list.Received),
+		for i, d := range []time.Duration{w.list.Received.Sub(t0), w.list.Completed.Sub(w.list.Received),
 			w.patch.Received.Sub(w.list.Completed), w.patch.Completed.Sub(w.patch.Received), at.Sub(w.patch.Completed)} {
 			parts[i] = append(parts[i], d)
 		}
@@ -325,22 +336,23 @@ func stages(es []auditEntry, seen map[string]time.Time) string {
 
 // acceptedAt returns, for each Node the bench's watch saw in its awaited
 // state (seen), when the API server answered the status patch that put
-// it there: node-resized's last status patch for that Node answered no
-// later than it was seen. This is when the Node is in that state for
-// every reader; seen adds the bench's own watch's delay.
+// it there: node-resized's last status patch for that Node received
+// before it was seen. This is when its writer knows the Node is in that
+// state; seen adds the bench's own watch's delay. (The watch can deliver
+// the change a little before the patch's answer is complete.)
 func acceptedAt(es []auditEntry, seen map[string]time.Time) map[string]time.Time {
-	out := map[string]time.Time{}
+	out, received := map[string]time.Time{}, map[string]time.Time{}
 	for _, e := range es {
 		if !e.agent() || e.Verb != "patch" || e.resource() != "nodes/status" || e.code() >= 300 {
 			continue
 		}
 		node := strings.TrimPrefix(e.User.Username, "system:node:")
 		at, ok := seen[node]
-		if !ok || e.Completed.After(at) {
+		if !ok || e.Received.After(at) {
 			continue
 		}
-		if e.Completed.After(out[node]) {
-			out[node] = e.Completed
+		if last, ok := received[node]; !ok || e.Received.After(last) {
+			received[node], out[node] = e.Received, e.Completed
 		}
 	}
 	return out

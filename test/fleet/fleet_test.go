@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -408,6 +409,13 @@ func (s *stamps) latencies(seen map[string]time.Time) []time.Duration {
 	return out
 }
 
+// all returns a copy of the stamps.
+func (s *stamps) all() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.at)
+}
+
 // last returns the latest stamp.
 func (s *stamps) last() time.Time {
 	s.mu.Lock()
@@ -634,7 +642,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 		written.last().Sub(s0).Round(time.Millisecond), s1.Sub(s0).Round(time.Millisecond), sweepReq.per(n), float64(sweepReq.writes())/float64(n), sweepCPU)
 	t.Logf("sweep: CPU from its start to 3 s after the last Accepted (%v): the machine %.2f s, the API server %.2f s, every node-resized together %.2f s, the rest (etcd, the stand-in kubelets, this test) %.2f s",
 		time.Since(s0).Round(time.Millisecond), sweepMachineCPU, sweepCPU, sweepAgentsCPU, sweepMachineCPU-sweepCPU-sweepAgentsCPU)
-	t.Logf("sweep: where the time went, from the audit log: %s", stages(sweepAudit, seen))
+	t.Logf("sweep: where the time went, from the audit log: %s", stages(sweepAudit, adminWrites(sweepAudit), "write answered", seen))
 	after, pairs, eventsEarly := eventOrder(sweepAudit)
 	t.Logf("sweep: %d of %d events received after the answer to their Node's status patch", after, pairs)
 	if len(eventsEarly) > 0 {
@@ -664,6 +672,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	ll, lossSeen, lossStart := changed.latencies(acceptedAt(lossAudit, seen)), changed.latencies(seen), latencies(l0, seen)
 	t.Logf("loss: change->EmergencyReduced (the API server's answer) p50 %v p99 %v max %v; ->seen p50 %v p99 %v; loss start->seen p50 %v p99 %v; node-resized per node: %s (%.2f writes)",
 		quantile(ll, .5), quantile(ll, .99), quantile(ll, 1), quantile(lossSeen, .5), quantile(lossSeen, .99), quantile(lossStart, .5), quantile(lossStart, .99), lossReq.per(n), float64(lossReq.writes())/float64(n))
+	t.Logf("loss: where the time went, from the audit log: %s", stages(lossAudit, changed.all(), "change", seen))
 	if w := float64(lossReq.writes()) / float64(n); w > maxWritesPerChange {
 		t.Errorf("loss: %.2f writes per node, want at most %d", w, maxWritesPerChange)
 	}
