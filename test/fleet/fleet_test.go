@@ -409,6 +409,17 @@ func (s *stamps) latencies(seen map[string]time.Time) []time.Duration {
 	return out
 }
 
+// answered is acceptedAt for a step, and fails the test when the audit
+// log lacks the status patch of a Node the bench saw change.
+func answered(t *testing.T, step string, es []auditEntry, seen map[string]time.Time) map[string]time.Time {
+	t.Helper()
+	at := acceptedAt(es, seen)
+	if len(at) != len(seen) {
+		t.Errorf("%s: the audit log shows the status patch of %d of the %d Nodes seen changed", step, len(at), len(seen))
+	}
+	return at
+}
+
 // all returns a copy of the stamps.
 func (s *stamps) all() map[string]time.Time {
 	s.mu.Lock()
@@ -633,10 +644,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	sweepReq := count(audit.between(s0, time.Now()), auditEntry.agent)
 	patchesOf(t, "sweep", agents[0], s0)
 	sweepAudit := audit.between(s0, time.Now())
-	sl, sweepSeen, sweepStart := written.latencies(acceptedAt(sweepAudit, seen)), written.latencies(seen), latencies(s0, seen)
-	if len(sl) != n {
-		t.Errorf("sweep: the audit log shows the Accepted patch of %d of %d Nodes", len(sl), n)
-	}
+	sl, sweepSeen, sweepStart := written.latencies(answered(t, "sweep", sweepAudit, seen)), written.latencies(seen), latencies(s0, seen)
 	t.Logf("sweep: write acknowledged->Accepted (the API server's answer to the status patch) p50 %v p99 %v max %v; ->seen by the bench's watch p50 %v p99 %v; sweep start->seen p50 %v p99 %v (the admin's writes acknowledged within %v, all seen in %v); node-resized per node: %s (%.2f writes); apiserver CPU %.1f s",
 		quantile(sl, .5), quantile(sl, .99), quantile(sl, 1), quantile(sweepSeen, .5), quantile(sweepSeen, .99), quantile(sweepStart, .5), quantile(sweepStart, .99),
 		written.last().Sub(s0).Round(time.Millisecond), s1.Sub(s0).Round(time.Millisecond), sweepReq.per(n), float64(sweepReq.writes())/float64(n), sweepCPU)
@@ -669,7 +677,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	lossAudit := audit.between(l0, time.Now())
 	lossReq := count(lossAudit, auditEntry.agent)
 	patchesOf(t, "loss", agents[0], l0)
-	ll, lossSeen, lossStart := changed.latencies(acceptedAt(lossAudit, seen)), changed.latencies(seen), latencies(l0, seen)
+	ll, lossSeen, lossStart := changed.latencies(answered(t, "loss", lossAudit, seen)), changed.latencies(seen), latencies(l0, seen)
 	t.Logf("loss: change->EmergencyReduced (the API server's answer) p50 %v p99 %v max %v; ->seen p50 %v p99 %v; loss start->seen p50 %v p99 %v; node-resized per node: %s (%.2f writes)",
 		quantile(ll, .5), quantile(ll, .99), quantile(ll, 1), quantile(lossSeen, .5), quantile(lossSeen, .99), quantile(lossStart, .5), quantile(lossStart, .99), lossReq.per(n), float64(lossReq.writes())/float64(n))
 	t.Logf("loss: where the time went, from the audit log: %s", stages(lossAudit, changed.all(), "change", seen))
@@ -709,7 +717,7 @@ func runFleet(t *testing.T, cl *cluster.Cluster, audit *auditLog, names []string
 	each(t, agents, func(a *agent) error { return configure(ctx, admin, a.name, spec) })
 	seen = st.await(t, "the change after the outage Accepted", names, 5*time.Minute, state(4, "Accepted", spec))
 	time.Sleep(max(0, 10*time.Second-time.Since(back)))
-	ol, olSeen := latencies(back, acceptedAt(audit.between(back, time.Now()), seen)), latencies(back, seen)
+	ol, olSeen := latencies(back, answered(t, "outage", audit.between(back, time.Now()), seen)), latencies(back, seen)
 	first10 := audit.between(back, back.Add(10*time.Second))
 	peak, mean10 := rates(first10, back, back.Add(10*time.Second), time.Second)
 	agentPeak, agentRate := rates(byAgents(first10), back, back.Add(10*time.Second), time.Second)
