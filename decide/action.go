@@ -17,11 +17,13 @@ const (
 	KindEmitEvent       ActionKind = "EmitEvent"
 	KindEvict           ActionKind = "Evict"
 	KindRestartKubelet  ActionKind = "RestartKubelet"
+	KindRelease         ActionKind = "Release"
+	KindGiveBack        ActionKind = "GiveBack"
 )
 
 // Action is one step of a Decision, to be carried out in list order. The
 // concrete types are ClampCgroups, GrowCgroups, ReassertCgroups,
-// PatchNodeStatus, EmitEvent, Evict and RestartKubelet; the set is closed. Actions are plain values, safe
+// PatchNodeStatus, EmitEvent, Evict, RestartKubelet, Release and GiveBack; the set is closed. Actions are plain values, safe
 // for concurrent reads.
 type Action interface {
 	Kind() ActionKind
@@ -114,6 +116,31 @@ type RestartKubelet struct {
 	Generation int64          `json:"generation"`
 	Capacity   resources.List `json:"capacity"`
 }
+
+// Release takes the CPUs and memory blocks above Capacity (cpu, memory)
+// offline: the planned release of the request Spec (see decide.Release).
+// It follows the evictions of the planned shrink, and the releaser reports
+// its progress for Generation (a State.ReleaseGeneration) through
+// Input.Release.Report. The kubepods limits are at Capacity already.
+type Release struct {
+	Generation int64          `json:"generation"`
+	Capacity   resources.List `json:"capacity"`
+	Spec       string         `json:"spec"`
+}
+
+// GiveBack brings back online the CPUs and memory blocks node-resized
+// released and that are still present, and only those; the releaser
+// reports for Generation when it is done.
+type GiveBack struct {
+	Generation int64 `json:"generation"`
+}
+
+func (Release) Kind() ActionKind  { return KindRelease }
+func (GiveBack) Kind() ActionKind { return KindGiveBack }
+func (Release) Actuates() bool    { return true }
+func (GiveBack) Actuates() bool   { return true }
+func (Release) isAction()         {}
+func (GiveBack) isAction()        {}
 
 func (ClampCgroups) Kind() ActionKind    { return KindClampCgroups }
 func (GrowCgroups) Kind() ActionKind     { return KindGrowCgroups }

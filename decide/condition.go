@@ -8,11 +8,12 @@ import (
 // condition decides the CapacityConfigured condition as it stands after the
 // pass, with its transition time, and the kubelet step's verdict. It records
 // in next the shrink in flight and the kubelet restart bookkeeping.
-func (p pass) condition(pl plan, next *State) (types.Condition, kubeletOutcome) {
+func (p pass) condition(pl plan, next *State) (types.Condition, kubeletOutcome, releaseOutcome) {
 	cond, shrinking := p.shrinkCondition(pl, next)
+	rs := p.releaseStep(pl, next)
 	var ks kubeletOutcome
 	if !shrinking {
-		cond, ks = p.settledCondition(pl, next)
+		cond, ks = p.settledCondition(pl, next, rs)
 	}
 	if p.ev.present {
 		cond.Message = types.ConfiguredPhrase(p.ev.key) + ": " + cond.Message
@@ -22,7 +23,7 @@ func (p pass) condition(pl plan, next *State) (types.Condition, kubeletOutcome) 
 	} else {
 		cond.LastTransitionTime = p.in.Now
 	}
-	return cond, ks
+	return cond, ks, rs
 }
 
 // shrinkCondition follows the shrink in flight: it starts one when the
@@ -79,7 +80,8 @@ func (p pass) shrinkCondition(pl plan, next *State) (types.Condition, bool) {
 // settledCondition is the condition where the spec value settles (no
 // shrink in flight): Infeasible, EmergencyReduced, or Accepted once the
 // kubelet step has nothing left to wait for.
-func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOutcome) {
+func (p pass) settledCondition(pl plan, next *State, rs releaseOutcome) (types.Condition, kubeletOutcome) {
+	note := p.releaseNote(rs, *next)
 	if m := missingReserved(p.in.ReservedCPUs, p.in.Physical.OnlineCPUs); len(m) > 0 && pl.mode != types.ReasonInfeasible {
 		// The hardware took a reserved CPU: never restart the kubelet
 		// into it, and say so until it is back.
@@ -95,9 +97,11 @@ func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOu
 	}
 	switch pl.mode {
 	case types.ReasonInfeasible:
-		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInfeasible,
-			Message: fmt.Sprintf("not applied: %s; capacity held at %s",
-				p.ev.problems(p.phys), pl.desired)}, kubeletOutcome{}
+		msg := fmt.Sprintf("not applied: %s; capacity held at %s", p.ev.problems(p.phys), pl.desired)
+		if next.GivingBack {
+			msg += "; " + note
+		}
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInfeasible, Message: msg}, kubeletOutcome{}
 	case types.ReasonEmergencyReduced:
 		ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
 		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonEmergencyReduced,
@@ -105,10 +109,18 @@ func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOu
 				next.EmergencyTarget)}, ks
 	}
 	// Accepted.
+	if next.Releasing || next.GivingBack {
+		// The kubelet is restarted once the machine is the target.
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInProgress,
+			Message: fmt.Sprintf("capacity %s applied; %s", pl.desired, note)}, kubeletOutcome{}
+	}
 	ks := kubeletStep(p.in, p.pol, p.jitter, pl.desired, p.phys, next)
 	if ks.waiting != "" {
-		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInProgress,
-			Message: fmt.Sprintf("capacity %s applied; %s", pl.desired, ks.waiting)}, ks
+		msg := fmt.Sprintf("capacity %s applied; %s", pl.desired, ks.waiting)
+		if note != "" {
+			msg += "; " + note
+		}
+		return types.Condition{Status: types.StatusFalse, Reason: types.ReasonInProgress, Message: msg}, ks
 	}
 	msg := fmt.Sprintf("capacity %s applied", pl.desired)
 	if !p.ev.present {
@@ -116,6 +128,9 @@ func (p pass) settledCondition(pl plan, next *State) (types.Condition, kubeletOu
 	}
 	if ks.note != "" {
 		msg += "; " + ks.note
+	}
+	if note != "" {
+		msg += "; " + note
 	}
 	return types.Condition{Status: types.StatusTrue, Reason: types.ReasonAccepted, Message: msg}, ks
 }

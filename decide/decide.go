@@ -46,6 +46,9 @@ type Input struct {
 	// Physical.OnlineCPUs, the kubelet is not restarted and the condition
 	// is EmergencyReduced, naming it.
 	ReservedCPUs []int
+	// Release is the planned release's input: whether the node allows it,
+	// the memory block size and the releaser's word (see ReleaseInput).
+	Release ReleaseInput
 }
 
 // Decision is the outcome of one pass. It is a plain value, safe for
@@ -143,10 +146,13 @@ func Decide(in Input) Decision {
 	}
 	p.phys = steadyMemory(raw, p.prev.Physical, p.jitter)
 	p.ev = evaluate(in.Configured, p.phys, in.Physical.SwapActive, in.Reservations, in.ReservedCPUs)
+	if p.releaseRequested() && in.Release.Allowed && !p.ev.rejected() {
+		p.ev.releaseTargets(p.phys, in.Release.BlockSize, in.Reservations)
+	}
 
 	pl := p.choosePath()
 	next := p.nextState(pl)
-	cond, ks := p.condition(pl, &next)
+	cond, ks, rs := p.condition(pl, &next)
 	if !next.Checking {
 		// While Checking, the shrink's InProgress is not published yet
 		// (see shrinkCondition): the condition last published stays.
@@ -155,6 +161,7 @@ func Decide(in Input) Decision {
 	next.Tainted, next.TaintFor = p.taint(pl, next)
 	alloc := Allocatable(pl.desired, in.Reservations)
 	acts := p.actions(pl, next, alloc, ks)
+	acts = append(acts, p.releaseActions(rs, next, pl.desired)...)
 	re, retry := p.reassert(pl, next, acts)
 	if re != nil {
 		acts = append([]Action{re}, acts...)

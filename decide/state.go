@@ -90,6 +90,24 @@ type State struct {
 	// kubelet's own view of each must be seen at the target before the
 	// taint is lifted.
 	TaintFor []string `json:"taintFor,omitempty"`
+	// The planned release (see Release). ReleaseGeneration counts the
+	// releases and give backs asked for; the releaser's reports name it.
+	// Releasing is true from a Release action until its report is done,
+	// GivingBack from a GiveBack action until its report is done.
+	// ReleaseSpec is the request (its Key) the last release was for,
+	// ReleaseShort what that release could not take offline, and
+	// ReleasedPhysical the physical capacity when it ended: a release that
+	// fell short is not tried again until the request or the hardware
+	// changes. GaveBack says that a give back was asked for GiveBackSpec
+	// (once per request).
+	ReleaseGeneration int64          `json:"releaseGeneration,omitempty"`
+	Releasing         bool           `json:"releasing,omitempty"`
+	GivingBack        bool           `json:"givingBack,omitempty"`
+	ReleaseSpec       string         `json:"releaseSpec,omitempty"`
+	ReleaseShort      string         `json:"releaseShort,omitempty"`
+	ReleasedPhysical  resources.List `json:"releasedPhysical,omitempty"`
+	GaveBack          bool           `json:"gaveBack,omitempty"`
+	GiveBackSpec      string         `json:"giveBackSpec,omitempty"`
 }
 
 func (s State) clone() State {
@@ -97,6 +115,7 @@ func (s State) clone() State {
 	s.Physical = s.Physical.Clone()
 	s.EmergencyTarget = s.EmergencyTarget.Clone()
 	s.Restarts = slices.Clone(s.Restarts)
+	s.ReleasedPhysical = s.ReleasedPhysical.Clone()
 	return s
 }
 
@@ -119,13 +138,22 @@ func (s State) Validate(now time.Time) error {
 	if s.Generation < 0 {
 		return fmt.Errorf("generation %d is negative", s.Generation)
 	}
+	if s.ReleaseGeneration < 0 {
+		return fmt.Errorf("releaseGeneration %d is negative", s.ReleaseGeneration)
+	}
+	if s.Releasing && s.GivingBack {
+		return errors.New("releasing and giving back at once")
+	}
+	if (s.Releasing || s.GivingBack) && s.ReleaseGeneration == 0 {
+		return errors.New("a release or give back in flight at release generation 0")
+	}
 	if s.LimitsFailures < 0 {
 		return fmt.Errorf("limitsFailures %d is negative", s.LimitsFailures)
 	}
 	for _, l := range []struct {
 		field string
 		list  resources.List
-	}{{"applied", s.Applied}, {"physical", s.Physical}, {"emergencyTarget", s.EmergencyTarget}} {
+	}{{"applied", s.Applied}, {"physical", s.Physical}, {"emergencyTarget", s.EmergencyTarget}, {"releasedPhysical", s.ReleasedPhysical}} {
 		for _, name := range l.list.Names() {
 			if v := l.list[name]; v < 0 {
 				return fmt.Errorf("%s %s is negative (%d)", l.field, name, v)

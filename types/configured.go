@@ -20,7 +20,15 @@ type Configured struct {
 	// all (an annotation that is not a JSON object of strings). The whole
 	// request is then malformed, hence Infeasible.
 	Invalid string `json:"invalid,omitempty"`
+	// Release says that the request asks for a planned release (the
+	// annotation AnnotationRelease is "true"): the surplus CPUs and memory
+	// are taken offline where the node allows it.
+	Release bool `json:"release,omitempty"`
 }
+
+// ReleaseSuffix ends the Key of a request that asks for a planned
+// release, so that asking for it, or no longer asking, is a new request.
+const ReleaseSuffix = " with release"
 
 // Key returns a canonical string for the request, used to recognise the same
 // spec value across passes and daemon restarts: "" when absent, otherwise the
@@ -44,6 +52,9 @@ func (c Configured) Key() string {
 	if err != nil {
 		// A map of strings always marshals.
 		panic(err)
+	}
+	if c.Release {
+		return string(b) + ReleaseSuffix
 	}
 	return string(b)
 }

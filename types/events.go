@@ -42,6 +42,10 @@ const (
 	// operator acts: a CPU or memory manager checkpoint cannot be made
 	// safe for the machine, or is in a layout node-resized does not know.
 	EventKubeletRestartBlocked = "KubeletRestartBlocked"
+	// EventCapacityReleased (Normal): a planned release took the CPUs and
+	// memory above the configured capacity offline; the message names
+	// what may now be unplugged.
+	EventCapacityReleased = "CapacityReleased"
 	// EvictionReason is the reason carried by evictions for lost capacity.
 	EvictionReason = "NodeCapacityExceeded"
 )

@@ -71,3 +71,12 @@ type RelayStats struct {
 	// NodeSynced is whether the Node watch has listed the Node once.
 	NodeSynced bool `json:"nodeSynced"`
 }
+
+// AnnotationRelease on the Node asks, for the configured capacity it
+// stands beside, for a planned release: node-resized takes the CPUs and
+// memory blocks above the configured capacity offline itself, so that the
+// kubelet adopts the smaller machine and the hypervisor can unplug them.
+// Only the value "true" asks; the node must also allow it (the daemon's
+// --release). Removing it, or the configured capacity, gives back what was
+// released.
+const AnnotationRelease = "node-resized.io/release"
