@@ -78,6 +78,23 @@ type KubeletRestarter interface {
 	Restart(ctx context.Context, snap *topology.Snapshot) (result string, err error)
 }
 
+// Releaser carries out planned releases and their give backs
+// (*hotplug.Releaser is one).
+type Releaser interface {
+	// Release takes the CPUs and memory blocks above x.Capacity offline,
+	// recording each durably before it writes it, and picks up where an
+	// earlier release stopped (a daemon killed in between). It returns at
+	// once; progress goes to report, the last report Done.
+	Release(ctx context.Context, x decide.Release, snap *topology.Snapshot, report func(types.ReleaseReport))
+	// GiveBack brings back online what it released and is still present,
+	// and only that; it returns at once and reports as Release does.
+	GiveBack(ctx context.Context, x decide.GiveBack, report func(types.ReleaseReport))
+	// Released says what it holds released on the machine snap. It
+	// reads no file but the ones snap leaves out, and is cheap to call
+	// on every pass.
+	Released(snap *topology.Snapshot) types.Released
+}
+
 // Kubelet restart modes (Config.KubeletRestart).
 const (
 	RestartAuto  = "auto"
@@ -126,6 +143,12 @@ type Config struct {
 	Restarter      KubeletRestarter
 	KubeletUnit    string
 	AfterRestart   func()
+	// Release says that the node allows planned releases (--release):
+	// a configured capacity that asks for one (types.AnnotationRelease)
+	// is then carried out in the kernel by Releaser. Without a Releaser
+	// none is.
+	Release  bool
+	Releaser Releaser
 }
 
 // Status is the agent's view for the local API. It is a plain value.
@@ -147,6 +170,24 @@ type Status struct {
 	// Kubelet is what is known of the running kubelet and of its
 	// restarts; nil while nothing is.
 	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
+	// Release is the planned release's state; nil while none is allowed
+	// and nothing is held released.
+	Release *ReleaseStatus `json:"release,omitempty"`
+}
+
+// ReleaseStatus is the planned release's state, for the local API. It is a
+// plain value.
+type ReleaseStatus struct {
+	// Allowed says that the node allows planned releases (--release).
+	Allowed bool `json:"allowed"`
+	// Releasing and GivingBack say what is under way.
+	Releasing  bool `json:"releasing,omitempty"`
+	GivingBack bool `json:"givingBack,omitempty"`
+	// Short says what the last release could not take offline.
+	Short string `json:"short,omitempty"`
+	// Released is what node-resized holds offline, and what of it is
+	// safe to unplug.
+	types.Released
 }
 
 // KubeletStatus is the kubelet's view and the restarts' state, for the
@@ -207,6 +248,7 @@ type Agent struct {
 	restarting  bool
 	lastRestart *RestartRecord
 	restarts    sync.WaitGroup
+	release     types.ReleaseReport // the releaser's last report
 	// Output.
 	state  decide.State
 	status Status
@@ -326,6 +368,14 @@ func (a *Agent) ReportEviction(r types.EvictionReport) {
 	a.poke()
 }
 
+// ReportRelease takes the releaser's progress.
+func (a *Agent) ReportRelease(r types.ReleaseReport) {
+	a.mu.Lock()
+	a.release = r
+	a.mu.Unlock()
+	a.poke()
+}
+
 // SetAfterRestart sets Config.AfterRestart, for a part built after the
 // agent. Call it before Run.
 func (a *Agent) SetAfterRestart(f func()) {
@@ -388,6 +438,8 @@ type passInput struct {
 	// (readCheckpoints), in.Kubelet.RestartAllowed is false. stale is the
 	// kubelet view's Stale.
 	checkpoints, stale bool
+	// released is what the releaser holds released on snap.
+	released types.Released
 }
 
 // pass takes one decision and carries it out; it returns when to decide
@@ -488,6 +540,7 @@ func (a *Agent) gather() (passInput, bool) {
 		k                  decide.Kubelet
 		checkpoints, stale bool
 	)
+	rel, released := a.releaseInput()
 	if v := a.kubelet; v != nil && v.Known() {
 		k = decide.Kubelet{Known: true, Capacity: v.Capacity.Clone(), Ready: v.Ready, Report: a.report}
 		// An eviction pass runs until the evictor reports its generation done.
@@ -508,9 +561,25 @@ func (a *Agent) gather() (passInput, bool) {
 			Eviction:     a.eviction,
 			Kubelet:      k,
 			Policy:       a.cfg.Policy,
+			Release:      rel,
 		},
-		snap: a.snap, since: a.since, source: a.source, checkpoints: checkpoints, stale: stale,
+		snap: a.snap, since: a.since, source: a.source, checkpoints: checkpoints, stale: stale, released: released,
 	}, true
+}
+
+// releaseInput is the planned release's input to a pass, and what the
+// releaser holds released on the machine as it is. a.mu is held.
+func (a *Agent) releaseInput() (decide.ReleaseInput, types.Released) {
+	in := decide.ReleaseInput{Allowed: a.cfg.Release && a.cfg.Releaser != nil, Report: a.release}
+	if a.snap != nil {
+		in.BlockSize = int64(a.snap.MemoryBlockSize)
+	}
+	var r types.Released
+	if a.cfg.Releaser != nil && a.snap != nil {
+		r = a.cfg.Releaser.Released(a.snap)
+	}
+	in.Held, in.Summary = !r.Empty(), r.Summary()
+	return in, r
 }
 
 // carried is what carrying out a decision did: whether a Node status was
@@ -550,6 +619,17 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) ca
 			c.again = a.evict(ctx, x, p.snap) || c.again
 		case decide.RestartKubelet:
 			a.restart(ctx, x, d.Next.RestartAt, p.snap)
+		case decide.Release:
+			a.log.Info("planned release: taking the CPUs and memory above the target offline", "target", x.Capacity.String(),
+				"generation", x.Generation)
+			if a.cfg.Releaser != nil {
+				a.cfg.Releaser.Release(ctx, x, p.snap, a.ReportRelease)
+			}
+		case decide.GiveBack:
+			a.log.Info("giving back the CPUs and memory of the planned release", "generation", x.Generation)
+			if a.cfg.Releaser != nil {
+				a.cfg.Releaser.GiveBack(ctx, x, a.ReportRelease)
+			}
 		}
 	}
 	return c
@@ -808,6 +888,10 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	}
 	if d.Err != nil {
 		a.status.Error = d.Err.Error()
+	}
+	if r := p.in.Release; r.Allowed || r.Held {
+		a.status.Release = &ReleaseStatus{Allowed: r.Allowed, Releasing: d.Next.Releasing, GivingBack: d.Next.GivingBack,
+			Short: d.Next.ReleaseShort, Released: p.released}
 	}
 	if v := a.kubelet; v != nil {
 		a.status.Kubelet = &KubeletStatus{KubeletView: *v, Restart: a.cfg.KubeletRestart, RestartBlocked: p.in.Kubelet.RestartBlocked,

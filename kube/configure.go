@@ -67,13 +67,22 @@ func NewNodeConfig(nodes dynamic.Interface, name string, log *slog.Logger) *Node
 // keeps that field; otherwise (no released API serves it, and the server
 // drops it) in the annotation types.AnnotationConfiguredCapacity. It
 // returns the Node as the write left it; its Source says where the value
-// went.
-func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]string) (types.NodeView, error) {
+// went. release asks for a planned release with it (the annotation
+// types.AnnotationRelease, written in the same patch; false removes it):
+// each request says whether it wants one.
+func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]string, release bool) (types.NodeView, error) {
 	if len(raw) == 0 {
 		return types.NodeView{}, errors.New("set the configured capacity: no resources given (clear it instead)")
 	}
-	want := types.Configured{Present: true, Raw: maps.Clone(raw)}
-	v, err := c.patch(ctx, map[string]any{"spec": map[string]any{"configuredCapacity": raw}})
+	want := types.Configured{Present: true, Raw: maps.Clone(raw), Release: release}
+	var rel any
+	if release {
+		rel = "true"
+	}
+	v, err := c.patch(ctx, map[string]any{
+		"spec":     map[string]any{"configuredCapacity": raw},
+		"metadata": map[string]any{"annotations": map[string]any{types.AnnotationRelease: rel}},
+	})
 	if err != nil {
 		return types.NodeView{}, fmt.Errorf("set spec.configuredCapacity: %w", err)
 	}
@@ -89,7 +98,8 @@ func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]s
 	if err != nil {
 		return types.NodeView{}, fmt.Errorf("encode the configured capacity: %w", err)
 	}
-	v, err = c.patch(ctx, map[string]any{"metadata": map[string]any{"annotations": map[string]any{types.AnnotationConfiguredCapacity: string(b)}}})
+	v, err = c.patch(ctx, map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		types.AnnotationConfiguredCapacity: string(b), types.AnnotationRelease: rel}}})
 	if err != nil {
 		return types.NodeView{}, fmt.Errorf("set the annotation %s: %w", types.AnnotationConfiguredCapacity, err)
 	}
@@ -100,12 +110,12 @@ func (c *NodeConfig) SetConfiguredCapacity(ctx context.Context, raw map[string]s
 }
 
 // ClearConfiguredCapacity removes the Node's configured capacity, both
-// spec.configuredCapacity and the annotation, so that the node follows its
+// spec.configuredCapacity and the annotation (and the release's), so that the node follows its
 // hardware again. It returns the Node as the write left it.
 func (c *NodeConfig) ClearConfiguredCapacity(ctx context.Context) (types.NodeView, error) {
 	v, err := c.patch(ctx, map[string]any{
 		"spec":     map[string]any{"configuredCapacity": nil},
-		"metadata": map[string]any{"annotations": map[string]any{types.AnnotationConfiguredCapacity: nil}},
+		"metadata": map[string]any{"annotations": map[string]any{types.AnnotationConfiguredCapacity: nil, types.AnnotationRelease: nil}},
 	})
 	if err != nil {
 		return types.NodeView{}, fmt.Errorf("clear the configured capacity: %w", err)

@@ -54,7 +54,7 @@ func getNode(t *testing.T, fc *dynamicfake.FakeDynamicClient) *unstructured.Unst
 func TestSetConfiguredCapacityPrefersTheSpec(t *testing.T) {
 	fc := fakeNodes(t, true)
 	c := NewNodeConfig(fc, "worker-1", nil)
-	v, err := c.SetConfiguredCapacity(context.Background(), map[string]string{"cpu": "4", "memory": "8Gi"})
+	v, err := c.SetConfiguredCapacity(context.Background(), map[string]string{"cpu": "4", "memory": "8Gi"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestSetConfiguredCapacityPrefersTheSpec(t *testing.T) {
 func TestSetConfiguredCapacityFallsBackToTheAnnotation(t *testing.T) {
 	fc := fakeNodes(t, false)
 	c := NewNodeConfig(fc, "worker-1", nil)
-	v, err := c.SetConfiguredCapacity(context.Background(), map[string]string{"cpu": "4", "hugepages-2Mi": "1Gi"})
+	v, err := c.SetConfiguredCapacity(context.Background(), map[string]string{"cpu": "4", "hugepages-2Mi": "1Gi"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestSetConfiguredCapacityFallsBackToTheAnnotation(t *testing.T) {
 func TestClearConfiguredCapacityRemovesTheSpec(t *testing.T) {
 	fc := fakeNodes(t, true)
 	c := NewNodeConfig(fc, "worker-1", nil)
-	if _, err := c.SetConfiguredCapacity(context.Background(), map[string]string{"cpu": "4"}); err != nil {
+	if _, err := c.SetConfiguredCapacity(context.Background(), map[string]string{"cpu": "4"}, false); err != nil {
 		t.Fatal(err)
 	}
 	v, err := c.ClearConfiguredCapacity(context.Background())
@@ -126,7 +126,7 @@ func TestWatchNodeSeesChangesUntilDone(t *testing.T) {
 	if v := <-seen; v.Configured.Present || v.Name != "worker-1" {
 		t.Fatalf("first view %+v, want the Node as it stands", v)
 	}
-	if _, err := c.SetConfiguredCapacity(ctx, map[string]string{"cpu": "2"}); err != nil {
+	if _, err := c.SetConfiguredCapacity(ctx, map[string]string{"cpu": "2"}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

@@ -85,6 +85,9 @@ func ParseNode(b []byte) (types.NodeView, error) {
 		v.Configured = parseResourceList([]byte(n.Metadata.Annotations[types.AnnotationConfiguredCapacity]), types.SourceAnnotation)
 		v.Source = types.SourceAnnotation
 	}
+	if v.Configured.Present {
+		v.Configured.Release = n.Metadata.Annotations[types.AnnotationRelease] == "true"
+	}
 	for _, mf := range n.Metadata.ManagedFields {
 		if mf.Subresource == "status" {
 			if v.StatusWrites == nil {

@@ -179,3 +179,29 @@ func TestCapacityOwners(t *testing.T) {
 		t.Fatalf("a write that changed nothing moved its time from %v to %v", before, v.StatusWrites["node-resized"])
 	}
 }
+
+// The release annotation belongs to the configured capacity beside it:
+// only "true" asks, and without a configured capacity it asks for nothing.
+func TestParseNodeRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		json string
+		want bool
+	}{
+		{"annotation with release", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"2\"}","node-resized.io/release":"true"}}}`, true},
+		{"spec with release", `{"metadata":{"name":"n","annotations":{"node-resized.io/release":"true"}},"spec":{"configuredCapacity":{"cpu":"2"}}}`, true},
+		{"not true", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"2\"}","node-resized.io/release":"yes"}}}`, false},
+		{"absent", `{"metadata":{"name":"n","annotations":{"node-resized.io/configured-capacity":"{\"cpu\":\"2\"}"}}}`, false},
+		{"alone", `{"metadata":{"name":"n","annotations":{"node-resized.io/release":"true"}}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := ParseNode([]byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Configured.Release != tc.want {
+				t.Errorf("Release %v, want %v (%+v)", v.Configured.Release, tc.want, v.Configured)
+			}
+		})
+	}
+}

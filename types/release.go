@@ -1,5 +1,13 @@
 package types
 
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/node-resized/node-resized/resources"
+)
+
 // ReleaseReport is the releaser's word on the planned release (or the give
 // back) of one generation: what node-resized took offline, and what is now
 // safe to unplug. It is a plain value, safe for concurrent reads.
@@ -60,3 +68,59 @@ type ReleasedDevice struct {
 
 // Empty reports whether nothing is held released.
 func (r Released) Empty() bool { return len(r.CPUs) == 0 && len(r.Blocks) == 0 }
+
+// Summary says in a line what is held released and what of it is safe to
+// unplug, for the condition's message and the event: "cpus 2-3; memory
+// PNP0C80:01 [0x240000000-0x280000000) 1Gi, 8/8 blocks offline, safe to
+// unplug". Empty when nothing is held.
+func (r Released) Summary() string {
+	var parts []string
+	if len(r.CPUs) > 0 {
+		parts = append(parts, "cpus "+cpuRanges(r.CPUs))
+	}
+	for _, d := range r.Devices {
+		s := fmt.Sprintf("memory %s [%#x-%#x) %s, %d/%d blocks offline", d.ID, d.Start, d.End, resources.Format(resources.Memory, d.Size), d.Offline, d.Blocks)
+		if d.SafeToUnplug {
+			s += ", safe to unplug"
+		}
+		parts = append(parts, s)
+	}
+	if n := len(r.Blocks) - devicesBlocks(r.Devices); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d memory blocks of no memory device", n))
+	}
+	if r.GoneCPUs+r.GoneBlocks > 0 {
+		parts = append(parts, fmt.Sprintf("removed by the hypervisor since: %d cpus, %d memory blocks", r.GoneCPUs, r.GoneBlocks))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// devicesBlocks counts the released blocks the devices account for.
+func devicesBlocks(ds []ReleasedDevice) int {
+	n := 0
+	for _, d := range ds {
+		n += d.Offline
+	}
+	return n
+}
+
+// cpuRanges writes sorted CPU ids as the kernel's lists do: "2-3,6".
+func cpuRanges(ids []int) string {
+	s := slices.Sorted(slices.Values(ids))
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", s[i], s[j])
+		} else {
+			fmt.Fprintf(&b, "%d", s[i])
+		}
+		i = j + 1
+	}
+	return b.String()
+}

@@ -47,7 +47,14 @@ Exit status:
 Examples:
   node-resizectl resize --cpu 4 --memory 8Gi --wait
   node-resizectl resize --set hugepages-2Mi=1Gi --node-name worker-1 --kubeconfig ~/.kube/config
+  node-resizectl resize --cpu 2 --memory 8Gi --release --wait --timeout 15m
   node-resizectl resize --clear --wait --timeout 10m
+
+With --release (and a node whose node-resized runs with --release), the
+capacity above the request is taken offline once the pods that no longer fit
+are evicted, the kubelet is restarted onto the smaller machine, and --wait
+returns when that is done, printing what may now be unplugged: the CPUs, and
+each memory device with every block offline ("safe to unplug").
 `
 
 // namedResources are the resources resize has a flag of its own for (cpu,
@@ -79,6 +86,7 @@ type resizeFlags struct {
 	amounts    map[string]*string // by resource name, from the named flags
 	set        setFlag
 	clear      bool
+	release    bool
 	wait       bool
 	timeout    time.Duration
 	kubeconfig string
@@ -97,7 +105,8 @@ func (r *resizeFlags) register(fs *flag.FlagSet) {
 		r.amounts[name] = fs.String(name, "", "configured "+name+" (a quantity: "+resources.Example(name)+")")
 	}
 	fs.Var(&r.set, "set", "configured NAME=QUANTITY for any resource node-resized manages (repeatable)")
-	fs.BoolVar(&r.clear, "clear", false, "remove the configured capacity: the node follows its hardware again")
+	fs.BoolVar(&r.clear, "clear", false, "remove the configured capacity: the node follows its hardware again (and gets back what a release took offline)")
+	fs.BoolVar(&r.release, "release", false, "ask for a planned release: node-resized takes the CPUs and memory above the capacity offline, so that the hypervisor can unplug them (the node must allow it: node-resized --release); a request without it gives back what an earlier release took")
 	fs.BoolVar(&r.wait, "wait", false, "follow the Node's CapacityConfigured condition until node-resized answers for this request")
 	fs.DurationVar(&r.timeout, "timeout", 5*time.Minute, "give up after this long (0: no limit); with --wait, exit 2")
 	fs.StringVar(&r.kubeconfig, "kubeconfig", kube.DefaultKubeconfig, "kubeconfig of the identity that writes the Node: by default the kubelet's own, as node-resized's")
@@ -161,6 +170,8 @@ func (r *resizeFlags) request() (types.Configured, error) {
 	switch {
 	case r.clear && len(raw) > 0:
 		return types.Configured{}, errors.New("--clear removes the configured capacity: give it alone, without resources")
+	case r.clear && r.release:
+		return types.Configured{}, errors.New("--release goes with a capacity to release down to; --clear gives back what was released")
 	case r.clear:
 		return types.Configured{}, nil
 	case len(raw) == 0:
@@ -170,12 +181,12 @@ func (r *resizeFlags) request() (types.Configured, error) {
 	case r.nodeName == "":
 		return types.Configured{}, errors.New("--node-name is empty, $NODE_NAME is unset and the hostname is unknown: set --node-name")
 	}
-	return types.Configured{Present: true, Raw: raw}, nil
+	return types.Configured{Present: true, Raw: raw, Release: r.release}, nil
 }
 
 // nodeConfig is what resize needs of kube.NodeConfig.
 type nodeConfig interface {
-	SetConfiguredCapacity(ctx context.Context, raw map[string]string) (types.NodeView, error)
+	SetConfiguredCapacity(ctx context.Context, raw map[string]string, release bool) (types.NodeView, error)
 	ClearConfiguredCapacity(ctx context.Context) (types.NodeView, error)
 	WatchNode(ctx context.Context, f func(types.NodeView) (bool, error)) error
 }
@@ -208,7 +219,7 @@ func resize(ctx context.Context, r *resizeFlags, want types.Configured, stdout, 
 	}
 	var v types.NodeView
 	if want.Present {
-		v, err = nc.SetConfiguredCapacity(ctx, want.Raw)
+		v, err = nc.SetConfiguredCapacity(ctx, want.Raw, want.Release)
 	} else {
 		v, err = nc.ClearConfiguredCapacity(ctx)
 	}
@@ -287,6 +298,9 @@ func (w *waiter) see(v types.NodeView) (bool, error) {
 	switch c.Reason {
 	case types.ReasonAccepted:
 		w.code = exitOK
+		if _, released, ok := strings.Cut(c.Message, "released: "); ok && w.want.Release {
+			fmt.Fprintf(w.out, "Released (remove in the hypervisor what is safe to unplug): %s\n", released)
+		}
 		return true, nil
 	case types.ReasonInfeasible, types.ReasonEmergencyReduced:
 		w.code, w.why = exitFailed, fmt.Sprintf("not applied (%s): %s", c.Reason, c.Message)

@@ -24,15 +24,16 @@ type fakeNode struct {
 
 	kubeconfig, nodeName string
 	set                  map[string]string
+	release              bool
 	cleared              bool
 }
 
-func (f *fakeNode) SetConfiguredCapacity(_ context.Context, raw map[string]string) (types.NodeView, error) {
+func (f *fakeNode) SetConfiguredCapacity(_ context.Context, raw map[string]string, release bool) (types.NodeView, error) {
 	if f.setErr != nil {
 		return types.NodeView{}, f.setErr
 	}
-	f.set = maps.Clone(raw)
-	return types.NodeView{Source: types.SourceAnnotation, Configured: types.Configured{Present: true, Raw: raw}}, nil
+	f.set, f.release = maps.Clone(raw), release
+	return types.NodeView{Source: types.SourceAnnotation, Configured: types.Configured{Present: true, Raw: raw, Release: release}}, nil
 }
 
 func (f *fakeNode) ClearConfiguredCapacity(context.Context) (types.NodeView, error) {
@@ -283,5 +284,38 @@ current-context: x
 	code = run(context.Background(), []string{"resize", "--cpu", "4", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, &stdout, &stderr)
 	if code != exitAPI {
 		t.Errorf("missing kubeconfig: exit %d, want %d", code, exitAPI)
+	}
+}
+
+// --release writes the request with its release, waits through the
+// release for the Accepted of the smaller machine, and prints what may be
+// unplugged; the same capacity without --release is another request.
+func TestResizeReleaseWaitsAndSaysWhatToUnplug(t *testing.T) {
+	ours := types.Configured{Present: true, Raw: map[string]string{"cpu": "2"}, Release: true}
+	held := types.Configured{Present: true, Raw: map[string]string{"cpu": "2"}}
+	phrase := types.ConfiguredPhrase(ours.Key())
+	f := &fakeNode{views: []types.NodeView{
+		view(held, types.ReasonAccepted, types.ConfiguredPhrase(held.Key())+": capacity cpu=2 applied"),
+		view(ours, types.ReasonInProgress, phrase+": capacity cpu=2 applied; releasing the CPUs and memory above it (planned release)"),
+		view(ours, types.ReasonAccepted, phrase+": capacity cpu=2 applied; released: cpus 2-3; memory PNP0C80:00 [0x240000000-0x280000000) 1Gi, 8/8 blocks offline, safe to unplug"),
+	}}
+	code, stdout, stderr := ctl(t, f, "resize", "--cpu", "2", "--release", "--wait", "--timeout", "5s")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	if !f.release {
+		t.Errorf("the release was not asked for")
+	}
+	for _, want := range []string{"releasing the CPUs", "Released (remove in the hypervisor what is safe to unplug): cpus 2-3; memory PNP0C80:00"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Count(stdout, "Accepted") != 1 {
+		t.Errorf("the Accepted of the request without release ended the wait:\n%s", stdout)
+	}
+	code, _, stderr = ctl(t, &fakeNode{}, "resize", "--clear", "--release")
+	if code != exitUsage || !strings.Contains(stderr, "--release goes with a capacity") {
+		t.Errorf("--clear --release: exit %d, %q", code, stderr)
 	}
 }
