@@ -131,6 +131,8 @@ type options struct {
 	enforce          bool
 	cgroupRoot       string
 	autoOnline       bool
+	release          bool
+	offlineTimeout   time.Duration
 
 	kubeletUnit           string
 	kubeletRestart        string
@@ -190,6 +192,10 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.BoolVar(&o.enforce, "enforce", true, "clamp the kubepods cgroups at once when hardware goes away, and grow them back when it returns (cgroup v2; on v1 the daemon only reports)")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup v2 hierarchy is mounted")
 	fs.BoolVar(&o.autoOnline, "auto-online", false, "bring hot-added CPUs online and hot-added memory blocks online as movable (for nodes without udev rules that do it)")
+	fs.BoolVar(&o.release, "release", false, "allow planned releases: a configured capacity below the hardware whose request asks for one (the Node annotation "+types.AnnotationRelease+"=true, or node-resizectl resize --release) is carried out in the kernel: "+
+		"once the pods that no longer fit are evicted, node-resized takes the CPUs and memory blocks above it offline, restarts the kubelet onto the smaller machine and says what the hypervisor may unplug; "+
+		"a later request without it, or none, brings them back online. Off, a configured capacity below the hardware is only published and enforced")
+	fs.DurationVar(&o.offlineTimeout, "release-offline-timeout", 30*time.Second, "with --release: give up on one CPU or memory block that has not gone offline within this long (the kernel may retry a memory block's page migration for ever) and try another")
 	fs.StringVar(&o.kubeletUnit, "kubelet-unit", kubelet.DefaultUnit, "the kubelet's systemd unit: its state is read, and it is restarted, over systemd's D-Bus API")
 	fs.StringVar(&o.kubeletRestart, "kubelet-restart", agent.RestartAuto, "auto: restart the kubelet (checkpoints made safe first) so that it adopts a changed machine; never: only say in the condition and node_resized_kubelet_restart_needed that a restart is needed")
 	fs.DurationVar(&o.kubeletSettle, "kubelet-restart-settle", 10*time.Second, "restart the kubelet once the capacity has not changed for this long")
