@@ -456,6 +456,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	if !ok {
 		return 0
 	}
+	p.in.Release.Resumed = !a.started && p.in.Previous.ReleaseGeneration > 0
 	if p.in.Previous.Applied == nil || !a.reasserted {
 		p.in.Enforced = a.enforced()
 		p.in.Reassert = p.in.Previous.Applied != nil && a.cfg.Enforcer != nil

@@ -35,6 +35,10 @@ type ReleaseInput struct {
 	// Report is the releaser's word on the release or give back of
 	// State.ReleaseGeneration; a report about another one is ignored.
 	Report types.ReleaseReport `json:"report,omitzero"`
+	// Resumed says that this is the first pass of a daemon that resumed
+	// from its state: a release or give back in flight is asked for
+	// again, and the releaser picks up from its record.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // releaseOutcome is the release step's verdict for one pass.
@@ -142,7 +146,7 @@ func (p pass) releaseStep(pl plan, next *State) releaseOutcome {
 	if next.ReleaseSpec != p.ev.key {
 		next.ReleaseShort, next.ReleasedPhysical = "", nil
 	}
-	resumed := p.in.Reassert
+	resumed := rel.Resumed
 	switch {
 	case (next.Releasing || next.GivingBack) && resumed:
 		out.resend = true

@@ -263,7 +263,7 @@ func TestReleaseResumed(t *testing.T) {
 	n.settle()
 	st := n.in.Previous
 	in := n.in
-	in.Previous, in.Reassert = st, true
+	in.Previous, in.Release.Resumed = st, true
 	d := Decide(in)
 	r, ok := find[Release](d.Actions)
 	if !ok || r.Generation != st.ReleaseGeneration {
