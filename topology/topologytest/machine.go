@@ -29,6 +29,16 @@ type Machine struct {
 	BlockSize uint64 // 0: no devices/system/memory
 	Blocks    []Block
 
+	// DIMMs are ACPI memory devices bound to some of the Blocks.
+	DIMMs []DIMM
+	// VirtioMem are virtio-mem devices whose plugged Blocks /proc/iomem
+	// shows. /proc/iomem is written for every machine: boot memory as
+	// "System RAM" runs of the Blocks outside any virtio-mem device.
+	VirtioMem []VirtioMem
+	// HideIomem writes /proc/iomem as a reader without CAP_SYS_ADMIN
+	// sees it: every range 00000000-00000000.
+	HideIomem bool
+
 	MemKB, SwapKB uint64       // /proc/meminfo MemTotal and SwapTotal
 	Pools         []Pool       // nil: no /sys/kernel/mm/hugepages
 	Caches        bool         // write cpuN/cache/indexK as on x86
@@ -41,6 +51,31 @@ type CPU struct {
 	ID, Core, Socket int
 	Online           bool
 	NoTopology       bool // online, yet no topology directory
+	// NoOnlineFile leaves out cpuN/online, as the kernel does for a CPU
+	// it cannot take offline. cpu0 never has one (x86's boot CPU).
+	NoOnlineFile bool
+}
+
+// DIMM is an ACPI memory device (QEMU's pc-dimm, HID PNP0C80) bound to
+// memory blocks, written as the kernel lays it out: the device directory
+// under devices/LNXSYSTM:00/LNXSYBUS:00/PNP0A06:00 (QEMU's memory hotplug
+// container), its link in bus/acpi/devices, its physical_node,
+// physical_node1, ... links to the blocks in ascending order (the order
+// acpi_memhotplug binds them in, drivers/acpi/glue.c names them in), and
+// each block's firmware_node link back.
+type DIMM struct {
+	Instance int   // NN of PNP0C80:NN
+	Blocks   []int // the bound blocks; each must be one of Machine.Blocks
+}
+
+// VirtioMem is a virtio-mem device: its region in /proc/iomem, named
+// virtioN, and its plugged blocks as "System RAM (virtio_mem)" ranges
+// under it, adjacent blocks merged into one range as the kernel merges
+// them.
+type VirtioMem struct {
+	Index       int    // N of virtioN
+	Start, Size uint64 // the region, in bytes
+	Blocks      []int  // the plugged blocks; each must be one of Machine.Blocks
 }
 
 // Node is one NUMA node.
@@ -159,6 +194,14 @@ func (m Machine) clone() Machine {
 	c.Possible = slices.Clone(m.Possible)
 	c.Blocks = slices.Clone(m.Blocks)
 	c.Pools = slices.Clone(m.Pools)
+	c.DIMMs = slices.Clone(m.DIMMs)
+	for i := range c.DIMMs {
+		c.DIMMs[i].Blocks = slices.Clone(m.DIMMs[i].Blocks)
+	}
+	c.VirtioMem = slices.Clone(m.VirtioMem)
+	for i := range c.VirtioMem {
+		c.VirtioMem[i].Blocks = slices.Clone(m.VirtioMem[i].Blocks)
+	}
 	if m.Nodes != nil {
 		c.Nodes = make([]Node, len(m.Nodes))
 		for i, n := range m.Nodes {

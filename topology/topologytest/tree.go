@@ -63,12 +63,12 @@ func (t *Tree) NodeMemTotalKB(node int) uint64 {
 // comes back when it is online; the sibling lists and shared cache maps of
 // the other CPUs of its socket follow. The node's cpulist and its cpuN
 // link stay: they name the present CPUs. Setting the state the CPU is
-// already in does nothing. cpu0 has no online file, as on x86.
+// already in does nothing. cpu0, and a CPU marked NoOnlineFile, have no online file.
 func (t *Tree) SetCPUOnline(id int, online bool) {
 	t.tb.Helper()
 	i := t.cpu(id)
-	if id == 0 {
-		t.tb.Fatalf("topologytest: cpu0 has no online file")
+	if id == 0 || t.m.CPUs[i].NoOnlineFile {
+		t.tb.Fatalf("topologytest: cpu%d has no online file", id)
 	}
 	if t.m.CPUs[i].Online == online {
 		return
@@ -175,6 +175,7 @@ func (t *Tree) AddBlocks(first, n, node int, state, zones string) {
 		}
 		t.m.Blocks = append(t.m.Blocks, b)
 	}
+	t.writeIomem()
 }
 
 // RemoveBlocks removes memory blocks first..first+n-1, as a memory
@@ -190,6 +191,13 @@ func (t *Tree) RemoveBlocks(first, n int) {
 		if b.State != BlockOffline {
 			t.tb.Fatalf("topologytest: memory%d is %s; only an offline block can be removed", id, b.State)
 		}
+		if d := t.dimmOf(id); d >= 0 {
+			t.tb.Fatalf("topologytest: memory%d belongs to %s: remove it with RemoveDIMM", id, DIMMName(t.m.DIMMs[d].Instance))
+		}
+		for k := range t.m.VirtioMem {
+			v := &t.m.VirtioMem[k]
+			v.Blocks = slices.DeleteFunc(v.Blocks, func(b int) bool { return b == id })
+		}
 		if b.Node >= 0 && t.m.Nodes != nil {
 			path := fmt.Sprintf("%s/node%d/memory%d", filepath.Join(t.Sys, nodePath), b.Node, id)
 			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -199,6 +207,7 @@ func (t *Tree) RemoveBlocks(first, n int) {
 		t.moveOut(fmt.Sprintf("%s/memory%d", memDir, id))
 		t.m.Blocks = slices.Delete(t.m.Blocks, i, i+1)
 	}
+	t.writeIomem()
 }
 
 // AddCPU hot-adds CPU c (its ID, Core and Socket; it arrives offline) to

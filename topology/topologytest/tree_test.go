@@ -42,13 +42,18 @@ func small() Machine {
 			{ID: 1, CPUs: Ints(4, 7), MemKB: 4100000, Pools: []Pool{{KB: 2048, Nr: 8}}, Distances: []int{20, 10}},
 		},
 		BlockSize: 128 << 20,
-		Blocks: append(append(Blocks(0, 32, BlockOnline, "Normal", 0),
+		Blocks: append(append(append(Blocks(0, 32, BlockOnline, "Normal", 0),
 			Blocks(32, 28, BlockOnline, "Movable", 1)...),
+			Blocks(80, 4, BlockOnline, "Movable", 1)...),
 			Blocks(60, 4, BlockOffline, "Movable Normal", 1)...),
-		MemKB:  8100000,
-		SwapKB: 1 << 20,
-		Pools:  []Pool{{KB: 2048, Nr: 16}},
-		Caches: true,
+		// Two DIMMs, one with offline blocks, and a virtio-mem device
+		// with four of its sixteen blocks plugged.
+		DIMMs:     []DIMM{{Instance: 0, Blocks: Ints(48, 55)}, {Instance: 1, Blocks: Ints(56, 63)}},
+		VirtioMem: []VirtioMem{{Index: 0, Start: 80 << 27, Size: 16 << 27, Blocks: Ints(80, 83)}},
+		MemKB:     8100000,
+		SwapKB:    1 << 20,
+		Pools:     []Pool{{KB: 2048, Nr: 16}},
+		Caches:    true,
 	}
 }
 
@@ -172,6 +177,19 @@ func TestTreeChangesMatchWrite(t *testing.T) {
 				{"blocks 72-73 added to node2", func() { tree.AddBlocks(72, 2, 2, BlockOffline, "Movable") }},
 				{"blocks 72-73 removed", func() { tree.RemoveBlocks(72, 2) }},
 				{"node2 removed", func() { tree.RemoveNode(2) }},
+				{"DIMM 2 added", func() { tree.AddDIMM(DIMM{Instance: 2, Blocks: Ints(100, 103)}, 1, BlockOffline, "Movable Normal") }},
+				{"DIMM 2 removed", func() { tree.RemoveDIMM(2) }},
+				{"DIMM 1 ejected", func() {
+					for id := 56; id <= 63; id++ {
+						tree.SetBlockState(id, BlockOffline)
+					}
+					tree.RemoveDIMM(1)
+				}},
+				{"virtio0 plugs 84-85", func() { tree.AddVirtioMemBlocks(0, 84, 2, 1, BlockOnline, "Movable") }},
+				{"virtio0 unplugs 85", func() {
+					tree.SetBlockState(85, BlockOffline)
+					tree.RemoveBlocks(85, 1)
+				}},
 			} {
 				step.change()
 				check(step.name)
@@ -334,13 +352,17 @@ func TestTreeRefusesImpossibleChanges(t *testing.T) {
 		{"remove an online cpu", func() { tree.RemoveCPU(1) }, "cpu1 is online"},
 		{"remove a node with cpus", func() { tree.RemoveNode(0) }, "node0 has CPUs"},
 		{"add a node below another", func() { tree.AddNode(1, 0) }, "must be above"},
+		{"remove a DIMM's block alone", func() { tree.RemoveBlocks(60, 1) }, "belongs to PNP0C80:01"},
+		{"eject a DIMM with online blocks", func() { tree.RemoveDIMM(1) }, "memory56 is online"},
+		{"add a DIMM in two ranges", func() { tree.AddDIMM(DIMM{Instance: 5, Blocks: []int{100, 102}}, 1, BlockOffline, "") }, "not one range"},
+		{"plug outside virtio0", func() { tree.AddVirtioMemBlocks(0, 96, 1, 1, BlockOnline, "Movable") }, "outside virtio0"},
 	} {
 		if got := fails(tb, c.change); !strings.Contains(got, c.want) {
 			t.Errorf("%s: stopped with %q, want %q", c.name, got, c.want)
 		}
 	}
 	noMem := small()
-	noMem.BlockSize, noMem.Blocks = 0, nil
+	noMem.BlockSize, noMem.Blocks, noMem.DIMMs, noMem.VirtioMem = 0, nil, nil, nil
 	bare := noMem.WriteTree(tb, Dir(t))
 	if got := fails(tb, func() { bare.AddBlocks(0, 1, 0, BlockOffline, "") }); !strings.Contains(got, "no memory blocks") {
 		t.Errorf("AddBlocks without a memory directory: stopped with %q", got)

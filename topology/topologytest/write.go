@@ -152,7 +152,10 @@ func (m Machine) Write(tb testing.TB, root string) (sys, proc string) {
 		}
 	}
 
+	m.writeDIMMs(w, sys)
+
 	w.file(filepath.Join(proc, "meminfo"), procMeminfo(m))
+	w.file(filepath.Join(proc, "iomem"), procIomem(m))
 	w.mkdir(filepath.Join(proc, "sys/kernel"))
 	if m.Extra != nil {
 		m.Extra(sys)
@@ -413,7 +416,7 @@ func (m *Machine) writeCPU(w *writer, dir string, c CPU) {
 	w.mkdir(dir)
 	w.extraDir(dir + "/power")
 	w.extra(dir+"/uevent", "DRIVER=processor\n")
-	if c.ID != 0 {
+	if c.ID != 0 && !c.NoOnlineFile {
 		w.file(dir+"/online", onlineFlag(c.Online))
 	}
 	m.writeCPUTopology(w, dir, c)
