@@ -1,4 +1,4 @@
-package autoonline
+package hotplug
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 	"github.com/node-resized/node-resized/topology"
 )
 
-// Onliner onlines what was hot-added. It is safe for concurrent use.
+// AutoOnliner onlines what was hot-added. It is safe for concurrent use.
 // OnChange only queues the work; Run does it, so that a slow online (a CPU
 // coming up, a block being onlined) never holds up the detection loop.
-type Onliner struct {
+type AutoOnliner struct {
 	sysRoot string
 	log     *slog.Logger
 	m       *metrics.Metrics
@@ -36,20 +36,20 @@ type job struct {
 }
 
 // New returns an onliner writing under the sysfs root sysRoot.
-func New(sysRoot string, log *slog.Logger, m *metrics.Metrics) *Onliner {
+func NewAutoOnliner(sysRoot string, log *slog.Logger, m *metrics.Metrics) *AutoOnliner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if m == nil {
 		m = metrics.New()
 	}
-	return &Onliner{sysRoot: sysRoot, log: log, m: m, work: make(chan job, 8192)}
+	return &AutoOnliner{sysRoot: sysRoot, log: log, m: m, work: make(chan job, 8192)}
 }
 
 // OnChange queues the CPUs and memory blocks that appeared, offline, since
 // the previous model. It is meant for monitor.Config.OnChange and never
 // blocks.
-func (o *Onliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
+func (o *AutoOnliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 	o.mu.Lock()
 	prev := o.prev
 	o.prev = snap
@@ -70,7 +70,7 @@ func (o *Onliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 	}
 }
 
-func (o *Onliner) queue(j job) {
+func (o *AutoOnliner) queue(j job) {
 	o.pending.Add(1)
 	select {
 	case o.work <- j:
@@ -83,10 +83,10 @@ func (o *Onliner) queue(j job) {
 
 // Busy reports whether devices are queued or being brought online: their
 // online events are still to come. It is meant for monitor.Config.Busy.
-func (o *Onliner) Busy() bool { return o.pending.Load() > 0 }
+func (o *AutoOnliner) Busy() bool { return o.pending.Load() > 0 }
 
 // Run brings the queued devices online until ctx is done.
-func (o *Onliner) Run(ctx context.Context) error {
+func (o *AutoOnliner) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,7 +98,7 @@ func (o *Onliner) Run(ctx context.Context) error {
 	}
 }
 
-func (o *Onliner) online(j job) {
+func (o *AutoOnliner) online(j job) {
 	var err error
 	for _, v := range j.values {
 		err = os.WriteFile(j.path, []byte(v), 0o644)

@@ -1,4 +1,4 @@
-package autoonline
+package hotplug
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 	}
 	tree, snap := writeMachine(t, m)
 	mt := metrics.New()
-	o := New(tree.Sys, nil, mt)
+	o := NewAutoOnliner(tree.Sys, nil, mt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go o.Run(ctx)
@@ -109,7 +109,7 @@ func TestBusyUntilTheLastWrite(t *testing.T) {
 		MemKB:     1 << 20,
 	}
 	tree, snap := writeMachine(t, m)
-	o := New(tree.Sys, nil, nil)
+	o := NewAutoOnliner(tree.Sys, nil, nil)
 	o.OnChange(monitor.Change{}, snap())
 	if o.Busy() {
 		t.Fatal("busy with nothing hot-added")
