@@ -23,6 +23,7 @@ var kernelNames = map[string][]string{
 	"cgroup/enforcer.go":    {"memory"},        // the cgroup v1 memory controller's hierarchy
 	"cgroup/workingset.go":  {"memory"},        // the same
 	"hotplug/autoonline.go": {"cpu"},           // the sysfs device kind a hot-added CPU is onlined as
+	"hotplug/writer.go":     {"cpu", "memory"}, // the sysfs device names, cpuN and memoryN
 	"uevent/listener.go":    {"cpu", "memory"}, // kernel uevent subsystems
 }
 
