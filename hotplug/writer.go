@@ -44,6 +44,7 @@ type Writer struct {
 	root                string
 	blockTimeout, cpuTO time.Duration
 	grace               time.Duration
+	holds               Holds
 
 	// test seams: how a file is opened, and who is told the thread id
 	// of each write
@@ -66,6 +67,10 @@ func NewWriter(sysRoot string, c Config) *Writer {
 	}
 	return w
 }
+
+// Holds returns the CPUs and memory blocks the Writer will not online,
+// shared by everyone who writes through it.
+func (w *Writer) Holds() *Holds { return &w.holds }
 
 // The values the kernel takes.
 const (
@@ -94,7 +99,8 @@ func blockPath(sysRoot string, id int) string {
 	return filepath.Join(sysRoot, memoryDir, blockPrefix+strconv.Itoa(id), blockFile)
 }
 
-// OnlineCPU writes 1 to CPU id's online file.
+// OnlineCPU writes 1 to CPU id's online file. A held CPU is refused with
+// ErrHeld.
 func (w *Writer) OnlineCPU(ctx context.Context, id int) error {
 	return w.cpu(ctx, id, opOnline, cpuOnline)
 }
@@ -106,7 +112,7 @@ func (w *Writer) OfflineCPU(ctx context.Context, id int) error {
 }
 
 // OnlineBlock writes online_movable (movable) or online to memory block
-// id's state. The kernel refuses online_movable (EINVAL) for a block that
+// id's state; a held block is refused with ErrHeld. The kernel refuses online_movable (EINVAL) for a block that
 // cannot go to ZONE_MOVABLE; online takes the block's default zone.
 func (w *Writer) OnlineBlock(ctx context.Context, id int, movable bool) error {
 	v := blockOnline
@@ -138,6 +144,9 @@ func (w *Writer) cpu(ctx context.Context, id int, op, value string) error {
 		}
 		return &WriteError{Path: path, Value: value, Err: err}
 	}
+	if op == opOnline && w.holds.CPUHeld(id) {
+		return &WriteError{Path: path, Value: value, Err: ErrHeld}
+	}
 	return w.write(ctx, w.cpuTO, path, value)
 }
 
@@ -145,6 +154,9 @@ func (w *Writer) block(ctx context.Context, id int, op, value string) error {
 	path := blockPath(w.root, id)
 	if id < 0 {
 		return &WriteError{Path: path, Value: value, Err: fmt.Errorf("memory block %d: %w", id, fs.ErrInvalid)}
+	}
+	if op == opOnline && w.holds.BlockHeld(id) {
+		return &WriteError{Path: path, Value: value, Err: ErrHeld}
 	}
 	return w.write(ctx, w.blockTimeout, path, value)
 }
