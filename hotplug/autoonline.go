@@ -3,10 +3,9 @@ package hotplug
 import (
 	"context"
 	"errors"
-	"fmt"
+	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -15,11 +14,12 @@ import (
 	"github.com/node-resized/node-resized/topology"
 )
 
-// AutoOnliner onlines what was hot-added. It is safe for concurrent use.
+// AutoOnliner onlines what was hot-added, through a Writer: what the
+// Writer's Holds hold stays offline. It is safe for concurrent use.
 // OnChange only queues the work; Run does it, so that a slow online (a CPU
 // coming up, a block being onlined) never holds up the detection loop.
 type AutoOnliner struct {
-	sysRoot string
+	w       *Writer
 	log     *slog.Logger
 	m       *metrics.Metrics
 	work    chan job
@@ -29,21 +29,28 @@ type AutoOnliner struct {
 	prev *topology.Snapshot
 }
 
-// job is one write that brings a device online.
+// job is one device to bring online.
 type job struct {
-	kind, name, path string
-	values           []string // tried in order until the kernel takes one
+	kind string // kindCPU or kindBlock
+	id   int
 }
 
-// New returns an onliner writing under the sysfs root sysRoot.
-func NewAutoOnliner(sysRoot string, log *slog.Logger, m *metrics.Metrics) *AutoOnliner {
+func (j job) name() string {
+	if j.kind == kindCPU {
+		return cpuNamePrefix + strconv.Itoa(j.id)
+	}
+	return blockPrefix + strconv.Itoa(j.id)
+}
+
+// NewAutoOnliner returns an onliner that writes through w.
+func NewAutoOnliner(w *Writer, log *slog.Logger, m *metrics.Metrics) *AutoOnliner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if m == nil {
 		m = metrics.New()
 	}
-	return &AutoOnliner{sysRoot: sysRoot, log: log, m: m, work: make(chan job, 8192)}
+	return &AutoOnliner{w: w, log: log, m: m, work: make(chan job, 8192)}
 }
 
 // OnChange queues the CPUs and memory blocks that appeared, offline, since
@@ -58,15 +65,10 @@ func (o *AutoOnliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 		return // the first model: nothing was hot-added yet
 	}
 	for _, id := range AddedCPUs(prev, snap) {
-		name := fmt.Sprintf("cpu%d", id)
-		o.queue(job{"cpu", name, filepath.Join(o.sysRoot, "devices/system/cpu", name, "online"), []string{"1"}})
+		o.queue(job{kindCPU, id})
 	}
 	for _, b := range AddedBlocks(prev, snap) {
-		name := fmt.Sprintf("memory%d", b.ID)
-		// Movable first, so the block can be unplugged again; the kernel
-		// refuses it where the block cannot be movable, then "online"
-		// takes its default zone.
-		o.queue(job{"memory_block", name, filepath.Join(o.sysRoot, "devices/system/memory", name, "state"), []string{"online_movable", "online"}})
+		o.queue(job{kindBlock, b.ID})
 	}
 }
 
@@ -77,7 +79,7 @@ func (o *AutoOnliner) queue(j job) {
 	default:
 		o.pending.Add(-1)
 		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
-		o.log.Error("too many hot-added devices queued; not bringing this one online", "device", j.name)
+		o.log.Error("too many hot-added devices queued; not bringing this one online", "device", j.name())
 	}
 }
 
@@ -85,34 +87,48 @@ func (o *AutoOnliner) queue(j job) {
 // online events are still to come. It is meant for monitor.Config.Busy.
 func (o *AutoOnliner) Busy() bool { return o.pending.Load() > 0 }
 
-// Run brings the queued devices online until ctx is done.
+// Run brings the queued devices online until ctx is done. A write under
+// way when ctx is done is interrupted.
 func (o *AutoOnliner) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case j := <-o.work:
-			o.online(j)
+			o.online(ctx, j)
 			o.pending.Add(-1)
 		}
 	}
 }
 
-func (o *AutoOnliner) online(j job) {
+func (o *AutoOnliner) online(ctx context.Context, j job) {
+	var value string
 	var err error
-	for _, v := range j.values {
-		err = os.WriteFile(j.path, []byte(v), 0o644)
-		if errors.Is(err, os.ErrNotExist) {
-			return // gone again before we came to it
-		}
-		if err == nil {
-			o.m.AutoOnline.WithLabelValues(j.kind, "onlined").Inc()
-			o.log.Info("brought a hot-added device online", "device", j.name, "value", v)
-			return
+	if j.kind == kindCPU {
+		value, err = cpuOnline, o.w.OnlineCPU(ctx, j.id)
+	} else {
+		// Movable first, so the block can be unplugged again; the
+		// kernel refuses it where the block cannot be movable, then
+		// "online" takes its default zone.
+		value, err = blockMovable, o.w.OnlineBlock(ctx, j.id, true)
+		var werr *WriteError
+		if errors.As(err, &werr) && werr.Cut == nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrHeld) {
+			value, err = blockOnline, o.w.OnlineBlock(ctx, j.id, false)
 		}
 	}
-	o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
-	o.log.Error("bring a hot-added device online", "device", j.name, "path", j.path, "err", err)
+	switch {
+	case err == nil:
+		o.m.AutoOnline.WithLabelValues(j.kind, "onlined").Inc()
+		o.log.Info("brought a hot-added device online", "device", j.name(), "value", value)
+	case errors.Is(err, fs.ErrNotExist):
+		// gone again before we came to it
+	case errors.Is(err, ErrHeld):
+		o.m.AutoOnline.WithLabelValues(j.kind, "held").Inc()
+		o.log.Info("not bringing a hot-added device online: it is held offline for its unplug", "device", j.name())
+	default:
+		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
+		o.log.Error("bring a hot-added device online", "device", j.name(), "err", err)
+	}
 }
 
 // AddedCPUs returns the CPUs present in cur but not in prev that are offline.

@@ -79,6 +79,8 @@ const (
 	blockOnline   = "online"
 	blockMovable  = "online_movable"
 	blockOffline  = "offline"
+	kindCPU       = "cpu"
+	kindBlock     = "memory_block"
 	opOnline      = "online"
 	opOffline     = "offline"
 	cpuDir        = "devices/system/cpu"

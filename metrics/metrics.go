@@ -88,7 +88,8 @@ type Metrics struct {
 	// and the files that needed no write).
 	ClampLatency prometheus.Histogram
 	// AutoOnline counts hot-added devices the daemon brought online, by
-	// kind (cpu, memory_block) and result (onlined, error).
+	// kind (cpu, memory_block) and result (onlined, held: kept offline
+	// for its unplug, error).
 	AutoOnline *prometheus.CounterVec
 	// CapacityCondition is 1 for the reason the CapacityConfigured
 	// condition has now and 0 for the others (every reason is always
