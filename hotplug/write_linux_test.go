@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/node-resized/node-resized/metrics"
 )
 
 // fullSocket returns the sending end of a unix stream socket pair whose
@@ -177,5 +180,22 @@ func TestKernelErrnoIsReturned(t *testing.T) {
 	}
 	if got, want := err.Error(), `write "offline" to `+blockPath(w.root, 1)+": no space left on device"; got != want {
 		t.Errorf("error %q, want %q", got, want)
+	}
+}
+
+// A write cut at its timeout is counted as one, and timed.
+func TestTimeoutIsCounted(t *testing.T) {
+	send, _ := fullSocket(t, true)
+	m := metrics.New()
+	w := NewWriter(t.TempDir(), Config{BlockTimeout: 50 * time.Millisecond, Metrics: m})
+	openFd(w, send)
+	if err := w.OfflineBlock(context.Background(), 42); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("OfflineBlock = %v, want a timeout", err)
+	}
+	if got := testutil.ToFloat64(m.HotplugWrites.WithLabelValues("memory_block", "offline", "timeout")); got != 1 {
+		t.Errorf("timeouts counted %v, want 1", got)
+	}
+	if got := testutil.CollectAndCount(m.HotplugWriteDuration); got != 1 {
+		t.Errorf("%d duration series, want 1", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/node-resized/node-resized/metrics"
 )
 
 // The default bounds of one write. The kernel's memory-hotplug.rst says an
@@ -34,6 +36,8 @@ type Config struct {
 	// Grace is how long a write past its time is interrupted before the
 	// Writer gives up on it and returns; 0 means DefaultGrace.
 	Grace time.Duration
+	// Metrics counts and times the writes; nil: a registry of its own.
+	Metrics *metrics.Metrics
 }
 
 // Writer writes the CPU and memory-block hotplug files under a sysfs root.
@@ -45,6 +49,7 @@ type Writer struct {
 	blockTimeout, cpuTO time.Duration
 	grace               time.Duration
 	holds               Holds
+	m                   *metrics.Metrics
 
 	// test seams: how a file is opened, and who is told the thread id
 	// of each write
@@ -64,6 +69,17 @@ func NewWriter(sysRoot string, c Config) *Writer {
 	}
 	if w.grace <= 0 {
 		w.grace = DefaultGrace
+	}
+	w.m = c.Metrics
+	if w.m == nil {
+		w.m = metrics.New()
+	}
+	for _, kind := range []string{kindCPU, kindBlock} {
+		for _, op := range []string{opOnline, opOffline} {
+			for _, r := range metrics.HotplugResults {
+				w.m.HotplugWrites.WithLabelValues(kind, op, r)
+			}
+		}
 	}
 	return w
 }
@@ -134,9 +150,46 @@ func (w *Writer) OfflineBlock(ctx context.Context, id int) error {
 }
 
 func (w *Writer) cpu(ctx context.Context, id int, op, value string) error {
+	start := time.Now()
+	wrote, err := w.cpuWrite(ctx, id, op, value)
+	w.count(kindCPU, op, err, wrote, time.Since(start))
+	return err
+}
+
+func (w *Writer) block(ctx context.Context, id int, op, value string) error {
+	start := time.Now()
+	wrote, err := w.blockWrite(ctx, id, op, value)
+	w.count(kindBlock, op, err, wrote, time.Since(start))
+	return err
+}
+
+// count counts a write by its result, and times it if it was tried.
+func (w *Writer) count(kind, op string, err error, wrote bool, took time.Duration) {
+	result := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrTimeout):
+		result = "timeout"
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		result = "interrupted"
+	case errors.Is(err, ErrHeld) || errors.Is(err, ErrNotHotpluggable) || errors.Is(err, fs.ErrInvalid):
+		result = "refused"
+	case errors.Is(err, fs.ErrNotExist):
+		result = "gone"
+	default:
+		result = "error"
+	}
+	w.m.HotplugWrites.WithLabelValues(kind, op, result).Inc()
+	if wrote {
+		w.m.HotplugWriteDuration.WithLabelValues(kind, op).Observe(took.Seconds())
+	}
+}
+
+// cpuWrite writes a CPU's online file; wrote says whether it tried.
+func (w *Writer) cpuWrite(ctx context.Context, id int, op, value string) (bool, error) {
 	path := cpuPath(w.root, id)
 	if id < 0 {
-		return &WriteError{Path: path, Value: value, Err: fmt.Errorf("cpu %d: %w", id, fs.ErrInvalid)}
+		return false, &WriteError{Path: path, Value: value, Err: fmt.Errorf("cpu %d: %w", id, fs.ErrInvalid)}
 	}
 	// A CPU the kernel cannot take offline has no online file; it must
 	// be refused, not written (and never created on a synthetic tree).
@@ -144,21 +197,22 @@ func (w *Writer) cpu(ctx context.Context, id int, op, value string) error {
 		if _, derr := os.Lstat(filepath.Dir(path)); derr == nil {
 			err = ErrNotHotpluggable
 		}
-		return &WriteError{Path: path, Value: value, Err: err}
+		return false, &WriteError{Path: path, Value: value, Err: err}
 	}
 	if op == opOnline && w.holds.CPUHeld(id) {
-		return &WriteError{Path: path, Value: value, Err: ErrHeld}
+		return false, &WriteError{Path: path, Value: value, Err: ErrHeld}
 	}
-	return w.write(ctx, w.cpuTO, path, value)
+	return true, w.write(ctx, w.cpuTO, path, value)
 }
 
-func (w *Writer) block(ctx context.Context, id int, op, value string) error {
+// blockWrite writes a memory block's state; wrote says whether it tried.
+func (w *Writer) blockWrite(ctx context.Context, id int, op, value string) (bool, error) {
 	path := blockPath(w.root, id)
 	if id < 0 {
-		return &WriteError{Path: path, Value: value, Err: fmt.Errorf("memory block %d: %w", id, fs.ErrInvalid)}
+		return false, &WriteError{Path: path, Value: value, Err: fmt.Errorf("memory block %d: %w", id, fs.ErrInvalid)}
 	}
 	if op == opOnline && w.holds.BlockHeld(id) {
-		return &WriteError{Path: path, Value: value, Err: ErrHeld}
+		return false, &WriteError{Path: path, Value: value, Err: ErrHeld}
 	}
-	return w.write(ctx, w.blockTimeout, path, value)
+	return true, w.write(ctx, w.blockTimeout, path, value)
 }

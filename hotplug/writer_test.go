@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
@@ -84,5 +87,42 @@ func TestWrites(t *testing.T) {
 				t.Errorf("%s = %q (%v), want %q", tc.file, b, rerr, tc.want)
 			}
 		})
+	}
+}
+
+// Each write is counted by kind, op and result, every series at 0 from
+// the Writer's making; the writes tried are timed.
+func TestWritesAreCounted(t *testing.T) {
+	ctx := context.Background()
+	m := metrics.New()
+	w := NewWriter(machine(t), Config{Metrics: m})
+	if n := testutil.CollectAndCount(m.HotplugWrites); n != 2*2*len(metrics.HotplugResults) {
+		t.Errorf("%d series at start, want every kind, op and result", n)
+	}
+	w.Holds().Hold(nil, []int{4})
+	_ = w.OnlineCPU(ctx, 2)         // ok
+	_ = w.OfflineCPU(ctx, 0)        // refused: no online file
+	_ = w.OfflineCPU(ctx, 9)        // gone
+	_ = w.OnlineBlock(ctx, 4, true) // refused: held
+	_ = w.OfflineBlock(ctx, 3)      // ok
+	_ = w.OfflineBlock(ctx, 3)      // ok again (a file; the kernel would say EINVAL)
+	for _, c := range []struct {
+		kind, op, result string
+		want             float64
+	}{
+		{"cpu", "online", "ok", 1},
+		{"cpu", "offline", "refused", 1},
+		{"cpu", "offline", "gone", 1},
+		{"memory_block", "online", "refused", 1},
+		{"memory_block", "offline", "ok", 2},
+		{"memory_block", "offline", "error", 0},
+	} {
+		if got := testutil.ToFloat64(m.HotplugWrites.WithLabelValues(c.kind, c.op, c.result)); got != c.want {
+			t.Errorf("%s %s %s counted %v, want %v", c.kind, c.op, c.result, got, c.want)
+		}
+	}
+	// timed: the cpu online and the two block offlines; not the refused
+	if got := testutil.CollectAndCount(m.HotplugWriteDuration); got != 2 {
+		t.Errorf("%d duration series, want 2 (cpu online, memory_block offline)", got)
 	}
 }

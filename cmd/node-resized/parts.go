@@ -296,7 +296,7 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []monitor.Subscriber {
 	var subs []monitor.Subscriber
 	if o.autoOnline {
-		p.onliner = hotplug.NewAutoOnliner(hotplug.NewWriter(o.sysfsRoot, hotplug.Config{}), log, m)
+		p.onliner = hotplug.NewAutoOnliner(hotplug.NewWriter(o.sysfsRoot, hotplug.Config{Metrics: m}), log, m)
 		subs = append(subs, p.onliner)
 	}
 	if p.nrt != nil {
