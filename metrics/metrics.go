@@ -34,6 +34,18 @@ var ErrorSubsystems = []string{"api_patch", "api_watch", "api_topology", "event"
 // none.
 var KubeletRestartResults = []string{"done", "canceled", "timeout", "failed", "dependency", "skipped", "error"}
 
+// HotplugBuckets are the histogram buckets, in seconds, for one write of a
+// hotplug file: a CPU online takes milliseconds, a memory block's offline
+// migrates its pages first and is cut at its timeout (30 s by default).
+var HotplugBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// HotplugResults are the values of node_resized_hotplug_writes_total's
+// result label: ok, error (the kernel refused it: EBUSY, EINVAL, ...),
+// timeout (cut at its timeout), interrupted (cut as the daemon stopped),
+// refused (not written: held offline, or a CPU without an online file)
+// and gone (the device was not there).
+var HotplugResults = []string{"ok", "error", "timeout", "interrupted", "refused", "gone"}
+
 // Metrics holds every metric of the daemon. It is safe for concurrent use:
 // the Prometheus types are.
 type Metrics struct {
@@ -88,8 +100,17 @@ type Metrics struct {
 	// and the files that needed no write).
 	ClampLatency prometheus.Histogram
 	// AutoOnline counts hot-added devices the daemon brought online, by
-	// kind (cpu, memory_block) and result (onlined, error).
+	// kind (cpu, memory_block) and result (onlined, held: kept offline
+	// for its unplug, error).
 	AutoOnline *prometheus.CounterVec
+	// HotplugWrites counts writes of the kernel's hotplug files (package
+	// hotplug), by kind (cpu, memory_block), op (online, offline) and
+	// result (HotplugResults). The writer exposes each series at 0 when
+	// it is made.
+	HotplugWrites *prometheus.CounterVec
+	// HotplugWriteDuration observes how long each write of a hotplug
+	// file took, by kind and op, cut ones included.
+	HotplugWriteDuration *prometheus.HistogramVec
 	// CapacityCondition is 1 for the reason the CapacityConfigured
 	// condition has now and 0 for the others (every reason is always
 	// exported, so that an alert's "for" sees one series throughout).
@@ -209,6 +230,17 @@ func New() *Metrics {
 			Name:      "auto_online_total",
 			Help:      "Hot-added devices brought online by the daemon (--auto-online), by kind and result.",
 		}, []string{"kind", "result"}),
+		HotplugWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "hotplug_writes_total",
+			Help:      "Writes of the kernel's CPU and memory-block hotplug files (onlining, offlining), by kind, op and result (ok, error, timeout, interrupted, refused, gone).",
+		}, []string{"kind", "op", "result"}),
+		HotplugWriteDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "hotplug_write_duration_seconds",
+			Help:      "Time one write of a CPU or memory-block hotplug file took, by kind and op, including the writes cut at their timeout.",
+			Buckets:   HotplugBuckets,
+		}, []string{"kind", "op"}),
 		CapacityCondition: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "capacity_condition",
@@ -256,6 +288,7 @@ func New() *Metrics {
 		m.UeventsTotal, m.UeventsDropped, m.DetectionLatency, m.Rebuilds,
 		m.RebuildDuration, m.IncrementalMismatch, m.Capacity, m.NUMACapacity, m.ModelChanges,
 		m.ResizeRequests, m.ResizeErrors, m.PatchLatency, m.ClampLatency, m.AutoOnline,
+		m.HotplugWrites, m.HotplugWriteDuration,
 		m.CapacityCondition, m.KubeletStale, m.KubeletRestartNeeded, m.KubeletRestarts, m.Tainted,
 		m.KubepodsLimitsFailing,
 		m.KubeletRecoveries,

@@ -19,11 +19,11 @@ import (
 // cgroup v1 controller or a sysfs device, which happen to be spelled the
 // same. By file (slash-separated, from the module root), then literal.
 var kernelNames = map[string][]string{
-	"autoonline/autoonline.go": {"cpu"},           // the sysfs device kind a hot-added CPU is onlined as
-	"cgroup/detect.go":         {"cpu", "memory"}, // cgroup v1 controller directories
-	"cgroup/enforcer.go":       {"memory"},        // the cgroup v1 memory controller's hierarchy
-	"cgroup/workingset.go":     {"memory"},        // the same
-	"uevent/listener.go":       {"cpu", "memory"}, // kernel uevent subsystems
+	"cgroup/detect.go":     {"cpu", "memory"}, // cgroup v1 controller directories
+	"cgroup/enforcer.go":   {"memory"},        // the cgroup v1 memory controller's hierarchy
+	"cgroup/workingset.go": {"memory"},        // the same
+	"hotplug/writer.go":    {"cpu", "memory"}, // the sysfs device names (cpuN, memoryN) and kinds
+	"uevent/listener.go":   {"cpu", "memory"}, // kernel uevent subsystems
 }
 
 // readers may spell resource names: this package, which holds the table,

@@ -13,9 +13,9 @@ import (
 
 	"github.com/node-resized/node-resized/agent"
 	"github.com/node-resized/node-resized/api"
-	"github.com/node-resized/node-resized/autoonline"
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/hotplug"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kube/evict"
 	"github.com/node-resized/node-resized/kube/nrt"
@@ -34,7 +34,7 @@ import (
 type parts struct {
 	monitor  *monitor.Monitor
 	agent    *agent.Agent
-	onliner  *autoonline.Onliner
+	onliner  *hotplug.AutoOnliner
 	enforcer *cgroup.Enforcer
 	relay    *kube.Relay
 	nrt      *nrt.Publisher
@@ -296,7 +296,7 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []monitor.Subscriber {
 	var subs []monitor.Subscriber
 	if o.autoOnline {
-		p.onliner = autoonline.New(o.sysfsRoot, log, m)
+		p.onliner = hotplug.NewAutoOnliner(hotplug.NewWriter(o.sysfsRoot, hotplug.Config{Metrics: m}), log, m)
 		subs = append(subs, p.onliner)
 	}
 	if p.nrt != nil {

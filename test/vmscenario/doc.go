@@ -8,15 +8,25 @@
 //  1. cpu-hot-add: a CPU is plugged over QMP; the daemon onlines it
 //     (--auto-online), counts it and adds it to kubepods' cpuset.cpus and
 //     cpu.weight.
-//  2. dimm-hot-add: a 256 MiB DIMM; the daemon onlines its blocks movable
+//  2. hotplug-cpu: that CPU is taken offline and onlined again through
+//     package hotplug (testdata/hotplugtool, the writes the daemon's
+//     release will do); kubepods follows; cpu0, without an online file, is
+//     refused unwritten.
+//  3. hotplug-dimm: a DIMM is plugged (the daemon onlines it); a page on
+//     it is pinned in a pipe, so that its block's offline retries for
+//     ever, and package hotplug cuts that offline at its 2 s bound (the
+//     kernel answers EINTR and leaves the block online); then every block
+//     is offlined, onlined movable and offlined through the package, and
+//     the unplug ends in DEVICE_DELETED.
+//  4. dimm-hot-add: a 256 MiB DIMM; the daemon onlines its blocks movable
 //     and grows kubepods' memory.max.
-//  3. dimm-hot-unplug: the DIMM is unplugged; the daemon clamps memory.max
+//  5. dimm-hot-unplug: the DIMM is unplugged; the daemon clamps memory.max
 //     and reports the uevent-to-clamp latency and the OOM kill counts.
-//  4. oom-in-kubepods: another DIMM is plugged; a process in a burstable
+//  6. oom-in-kubepods: another DIMM is plugged; a process in a burstable
 //     pod cgroup holds more memory than kubepods may hold once the DIMM is
 //     gone, and the DIMM is unplugged; the clamp OOM-kills it inside
 //     kubepods while the guest's own processes live on.
-//  5. cpu-hot-unplug: the CPU is unplugged; it leaves kubepods' cpuset.
+//  7. cpu-hot-unplug: the CPU is unplugged; it leaves kubepods' cpuset.
 //     This comes last because QEMU 7.2 under TCG crashes on any hotplug
 //     operation after a CPU unplug.
 //
@@ -27,6 +37,10 @@
 // Run it with make e2e-vm, or after test/vm/fetch:
 //
 //	cd test && go test -count=1 -v -timeout 30m ./vmscenario/
+//
+// A scenario runs with those before it; package hotplug's alone:
+//
+//	go test -count=1 -v -run 'TestScenarios/^(daemon-up|cpu-hot-add|hotplug-cpu|hotplug-dimm)$' ./vmscenario/
 //
 // The binaries are built from this tree (stripped, CGO_ENABLED=0);
 // NODE_RESIZED_VM_BINDIR names a folder with node-resized and

@@ -25,6 +25,8 @@ const (
 	guestCtlDir     = "/opt/ctl"
 	guestCtl        = guestCtlDir + "/node-resizectl"
 	guestTool       = "/bin/vmtool"
+	guestToolsDir   = "/opt/tools"
+	guestHotplug    = guestToolsDir + "/hotplugtool"
 )
 
 // The kubelet's reservations in the guest's KubeletConfiguration.
@@ -73,6 +75,8 @@ fail() { echo "vmscenario setup: $*" >&2; exit 1; }
 
 mkdir -p ` + guestCtlDir + ` && mount -t 9p -o trans=virtio,version=9p2000.L,ro ctl ` + guestCtlDir + ` ||
 	fail "mount the CLI's share"
+mkdir -p ` + guestToolsDir + ` && mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose tools ` + guestToolsDir + ` ||
+	fail "mount the tools' share"
 
 echo "$ctrls" >$cg/cgroup.subtree_control || fail "root subtree_control"
 mkdir -p $kp || fail "mkdir kubepods"
@@ -117,6 +121,7 @@ var env struct {
 	initramfs string
 	dir       string
 	ctlDir    string // the host folder of node-resizectl, the guest's guestCtlDir
+	toolsDir  string // the host folder of hotplugtool, the guest's guestToolsDir
 	prepTime  time.Duration
 }
 
@@ -161,6 +166,18 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "vmscenario:", err)
 			return 1
 		}
+	}
+	// hotplugtool is the tests' own, built from this tree whatever
+	// NODE_RESIZED_VM_BINDIR says; it comes from a share too (it is
+	// 9 MB, the guest's RAM is counted).
+	env.toolsDir = filepath.Join(dir, "tools")
+	if err := os.Mkdir(env.toolsDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "vmscenario:", err)
+		return 1
+	}
+	if err := goBuild(filepath.Join(env.toolsDir, "hotplugtool"), "./testdata/hotplugtool", "."); err != nil {
+		fmt.Fprintln(os.Stderr, "vmscenario:", err)
+		return 1
 	}
 	tool := filepath.Join(dir, "vmtool")
 	if err := goBuild(tool, "./testdata/vmtool", "."); err != nil {

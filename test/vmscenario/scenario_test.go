@@ -73,7 +73,10 @@ func TestScenarios(t *testing.T) {
 		Mem:       512 << 20,
 		Slots:     4,
 		MaxMem:    4 << 30,
-		Shares:    []vm.Share{{Tag: "ctl", Path: env.ctlDir, ReadOnly: true}},
+		Shares: []vm.Share{
+			{Tag: "ctl", Path: env.ctlDir, ReadOnly: true},
+			{Tag: "tools", Path: env.toolsDir, ReadOnly: true},
+		},
 		// NUMA nil: node 0 = CPUs 0-1 and all boot memory, node 1 =
 		// CPUs 2-3 and no memory.
 	})
@@ -143,6 +146,8 @@ func TestScenarios(t *testing.T) {
 
 	step("daemon-up", s.daemonUp)
 	step("cpu-hot-add", s.cpuHotAdd)
+	step("hotplug-cpu", s.hotplugCPU)
+	step("hotplug-dimm", s.hotplugDIMM)
 	step("dimm-hot-add", s.dimmHotAdd)
 	step("dimm-hot-unplug", s.dimmHotUnplug)
 	// The CPU unplug comes last: after a CPU unplug, QEMU 7.2 under TCG

@@ -1,4 +1,4 @@
-package autoonline
+package hotplug
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 	}
 	tree, snap := writeMachine(t, m)
 	mt := metrics.New()
-	o := New(tree.Sys, nil, mt)
+	o := NewAutoOnliner(NewWriter(tree.Sys, Config{}), nil, mt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go o.Run(ctx)
@@ -109,7 +109,7 @@ func TestBusyUntilTheLastWrite(t *testing.T) {
 		MemKB:     1 << 20,
 	}
 	tree, snap := writeMachine(t, m)
-	o := New(tree.Sys, nil, nil)
+	o := NewAutoOnliner(NewWriter(tree.Sys, Config{}), nil, nil)
 	o.OnChange(monitor.Change{}, snap())
 	if o.Busy() {
 		t.Fatal("busy with nothing hot-added")
@@ -157,5 +157,41 @@ func TestBusyUntilTheLastWrite(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("still busy 10s after the last write")
 		}
+	}
+}
+
+// A block the release holds offline stays offline when virtio-mem adds it
+// again: the auto-onliner onlines only the others, and counts it held.
+func TestHeldBlocksStayOffline(t *testing.T) {
+	m := topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
+		BlockSize: 128 << 20,
+		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
+		MemKB:     1 << 20,
+	}
+	tree, snap := writeMachine(t, m)
+	mt := metrics.New()
+	w := NewWriter(tree.Sys, Config{})
+	w.Holds().Hold(nil, []int{9})
+	o := NewAutoOnliner(w, nil, mt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go o.Run(ctx)
+	o.OnChange(monitor.Change{}, snap())
+	tree.AddBlocks(8, 3, 0, topologytest.BlockOffline, "Movable Normal")
+	o.OnChange(monitor.Change{}, snap())
+	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the blocks were not handled within 10s")
+		}
+	}
+	for id, want := range map[int]string{8: "online_movable", 9: "offline", 10: "online_movable"} {
+		if got := read(t, filepath.Join(tree.Sys, "devices/system/memory", fmt.Sprintf("memory%d", id), "state")); got != want {
+			t.Errorf("memory%d state %q, want %q", id, got, want)
+		}
+	}
+	if held, onlined := testutil.ToFloat64(mt.AutoOnline.WithLabelValues("memory_block", "held")), testutil.ToFloat64(mt.AutoOnline.WithLabelValues("memory_block", "onlined")); held != 1 || onlined != 2 {
+		t.Errorf("counted %v held and %v onlined, want 1 and 2", held, onlined)
 	}
 }

@@ -1,0 +1,159 @@
+package hotplug
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/node-resized/node-resized/metrics"
+	"github.com/node-resized/node-resized/monitor"
+	"github.com/node-resized/node-resized/topology"
+)
+
+// AutoOnliner onlines what was hot-added, through a Writer: what the
+// Writer's Holds hold stays offline. It is safe for concurrent use.
+// OnChange only queues the work; Run does it, so that a slow online (a CPU
+// coming up, a block being onlined) never holds up the detection loop.
+type AutoOnliner struct {
+	w       *Writer
+	log     *slog.Logger
+	m       *metrics.Metrics
+	work    chan job
+	pending atomic.Int64 // jobs queued or being carried out
+
+	mu   sync.Mutex // guards prev
+	prev *topology.Snapshot
+}
+
+// job is one device to bring online.
+type job struct {
+	kind string // kindCPU or kindBlock
+	id   int
+}
+
+func (j job) name() string {
+	if j.kind == kindCPU {
+		return cpuNamePrefix + strconv.Itoa(j.id)
+	}
+	return blockPrefix + strconv.Itoa(j.id)
+}
+
+// NewAutoOnliner returns an onliner that writes through w.
+func NewAutoOnliner(w *Writer, log *slog.Logger, m *metrics.Metrics) *AutoOnliner {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = metrics.New()
+	}
+	return &AutoOnliner{w: w, log: log, m: m, work: make(chan job, 8192)}
+}
+
+// OnChange queues the CPUs and memory blocks that appeared, offline, since
+// the previous model. It is meant for monitor.Config.OnChange and never
+// blocks.
+func (o *AutoOnliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
+	o.mu.Lock()
+	prev := o.prev
+	o.prev = snap
+	o.mu.Unlock()
+	if prev == nil {
+		return // the first model: nothing was hot-added yet
+	}
+	for _, id := range AddedCPUs(prev, snap) {
+		o.queue(job{kindCPU, id})
+	}
+	for _, b := range AddedBlocks(prev, snap) {
+		o.queue(job{kindBlock, b.ID})
+	}
+}
+
+func (o *AutoOnliner) queue(j job) {
+	o.pending.Add(1)
+	select {
+	case o.work <- j:
+	default:
+		o.pending.Add(-1)
+		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
+		o.log.Error("too many hot-added devices queued; not bringing this one online", "device", j.name())
+	}
+}
+
+// Busy reports whether devices are queued or being brought online: their
+// online events are still to come. It is meant for monitor.Config.Busy.
+func (o *AutoOnliner) Busy() bool { return o.pending.Load() > 0 }
+
+// Run brings the queued devices online until ctx is done. A write under
+// way when ctx is done is interrupted.
+func (o *AutoOnliner) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case j := <-o.work:
+			o.online(ctx, j)
+			o.pending.Add(-1)
+		}
+	}
+}
+
+func (o *AutoOnliner) online(ctx context.Context, j job) {
+	var value string
+	var err error
+	if j.kind == kindCPU {
+		value, err = cpuOnline, o.w.OnlineCPU(ctx, j.id)
+	} else {
+		// Movable first, so the block can be unplugged again; the
+		// kernel refuses it where the block cannot be movable, then
+		// "online" takes its default zone.
+		value, err = blockMovable, o.w.OnlineBlock(ctx, j.id, true)
+		var werr *WriteError
+		if errors.As(err, &werr) && werr.Cut == nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrHeld) {
+			value, err = blockOnline, o.w.OnlineBlock(ctx, j.id, false)
+		}
+	}
+	switch {
+	case err == nil:
+		o.m.AutoOnline.WithLabelValues(j.kind, "onlined").Inc()
+		o.log.Info("brought a hot-added device online", "device", j.name(), "value", value)
+	case errors.Is(err, fs.ErrNotExist):
+		// gone again before we came to it
+	case errors.Is(err, ErrHeld):
+		o.m.AutoOnline.WithLabelValues(j.kind, "held").Inc()
+		o.log.Info("not bringing a hot-added device online: it is held offline for its unplug", "device", j.name())
+	default:
+		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
+		o.log.Error("bring a hot-added device online", "device", j.name(), "err", err)
+	}
+}
+
+// AddedCPUs returns the CPUs present in cur but not in prev that are offline.
+func AddedCPUs(prev, cur *topology.Snapshot) []int {
+	var out []int
+	for _, id := range cur.CPUs.Present {
+		if !prev.CPUs.Present.Contains(id) && !cur.CPUs.Online.Contains(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// AddedBlocks returns the memory blocks in cur but not in prev that are
+// offline.
+func AddedBlocks(prev, cur *topology.Snapshot) []topology.MemoryBlock {
+	had := make(map[int]bool, len(prev.MemoryBlocks))
+	for _, b := range prev.MemoryBlocks {
+		had[b.ID] = true
+	}
+	var out []topology.MemoryBlock
+	for _, b := range cur.MemoryBlocks {
+		if !had[b.ID] && b.State == topology.BlockOffline {
+			out = append(out, b)
+		}
+	}
+	return out
+}
