@@ -84,7 +84,7 @@ func (e *evaluation) releaseTargets(phys resources.List, blockSize int64, r Rese
 			e.over = append(e.over, name)
 		}
 	}
-	for _, name := range []string{resources.CPU, resources.Memory} {
+	for name := range resources.Names(resources.QoSCompute) {
 		v, ok := e.values[name]
 		if !ok || !resources.Reservable(name) {
 			continue
@@ -176,7 +176,7 @@ func (p pass) releaseActions(rs releaseOutcome, next State, target resources.Lis
 	switch {
 	case rs.start || (rs.resend && next.Releasing):
 		c := resources.List{}
-		for _, name := range []string{resources.CPU, resources.Memory} {
+		for name := range resources.Names(resources.QoSCompute) {
 			if v, ok := target[name]; ok {
 				c[name] = v
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/node-resized/node-resized/resources"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -104,7 +105,7 @@ func chooseCPUs(in Input, p *Plan) {
 	}
 	p.OnlineCPUs = len(m.online) - len(p.CPUs)
 	if need > 0 {
-		p.Shortfalls = append(p.Shortfalls, Shortfall{Resource: "cpu", Missing: int64(need), Reason: cpuReason(m, taken)})
+		p.Shortfalls = append(p.Shortfalls, Shortfall{Resource: resources.CPU, Missing: int64(need), Reason: cpuReason(m, taken)})
 	}
 }
 

@@ -112,7 +112,7 @@ func chooseMemory(in Input, p *Plan) {
 	}
 	need := in.Machine.MemTotal - in.TargetMemory
 	if m.blockSize == 0 {
-		p.Shortfalls = append(p.Shortfalls, Shortfall{Resource: "memory", Missing: int64(need),
+		p.Shortfalls = append(p.Shortfalls, Shortfall{Resource: resources.Memory, Missing: int64(need),
 			Reason: "the kernel has no memory blocks (no memory hotplug support)"})
 		return
 	}
@@ -188,7 +188,7 @@ func chooseMemory(in Input, p *Plan) {
 	p.MemTotal = in.Machine.MemTotal - min(in.Machine.MemTotal, uint64(len(p.Blocks))*m.blockSize)
 	if len(p.Blocks) < n {
 		missing := need - (in.Machine.MemTotal - p.MemTotal)
-		p.Shortfalls = append(p.Shortfalls, Shortfall{Resource: "memory", Missing: int64(missing), Reason: m.reason(taken)})
+		p.Shortfalls = append(p.Shortfalls, Shortfall{Resource: resources.Memory, Missing: int64(missing), Reason: m.reason(taken)})
 	}
 }
 
@@ -237,7 +237,7 @@ func (m memMachine) reason(taken map[int]bool) string {
 	clauses := make([]string, len(order))
 	for i, why := range order {
 		g := groups[why]
-		size := resources.Format("memory", int64(uint64(g.n)*m.blockSize))
+		size := resources.Format(resources.Memory, int64(uint64(g.n)*m.blockSize))
 		if g.n <= 4 {
 			names := make([]string, len(g.ids))
 			for k, id := range g.ids {

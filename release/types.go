@@ -113,11 +113,11 @@ type Shortfall struct {
 // offline, but the other online blocks are in zone Normal (32 blocks, 4Gi)".
 func (s Shortfall) String() string {
 	amount := fmt.Sprintf("%d more CPUs", s.Missing)
-	if s.Resource == "cpu" && s.Missing == 1 {
+	if s.Resource == resources.CPU && s.Missing == 1 {
 		amount = "1 more CPU"
 	}
-	if s.Resource == "memory" {
-		amount = resources.Format("memory", s.Missing) + " more"
+	if s.Resource == resources.Memory {
+		amount = resources.Format(resources.Memory, s.Missing) + " more"
 	}
 	return fmt.Sprintf("%s: %s to take offline, but %s", s.Resource, amount, s.Reason)
 }

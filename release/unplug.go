@@ -99,11 +99,11 @@ func (u Unplug) String() string {
 	var parts []string
 	for _, d := range u.MemoryDevices {
 		if d.SafeToUnplug {
-			parts = append(parts, fmt.Sprintf("%s (%s at %#x)", d.ID, resources.Format("memory", int64(d.Size)), d.Start))
+			parts = append(parts, fmt.Sprintf("%s (%s at %#x)", d.ID, resources.Format(resources.Memory, int64(d.Size)), d.Start))
 		}
 	}
 	for _, v := range u.VirtioMem {
-		parts = append(parts, fmt.Sprintf("%s %s", v.Name, resources.Format("memory", int64(v.ReleasedBytes))))
+		parts = append(parts, fmt.Sprintf("%s %s", v.Name, resources.Format(resources.Memory, int64(v.ReleasedBytes))))
 	}
 	if len(u.CPUs) > 0 {
 		parts = append(parts, "CPUs "+u.CPUs.String())

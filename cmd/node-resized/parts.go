@@ -35,6 +35,8 @@ type parts struct {
 	monitor  *monitor.Monitor
 	agent    *agent.Agent
 	onliner  *hotplug.AutoOnliner
+	releaser *hotplug.Releaser // --release: the planned release's offlines and give backs
+	writer   *hotplug.Writer   // the one writer of the hotplug files (auto-onliner, releaser)
 	enforcer *cgroup.Enforcer
 	relay    *kube.Relay
 	nrt      *nrt.Publisher
@@ -94,7 +96,15 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		}
 		p.recovery = p.withRecovery(restarter, o, log, m)
 	}
-	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, log, m)
+	if o.autoOnline || o.release {
+		p.writer = hotplug.NewWriter(o.sysfsRoot, hotplug.Config{Metrics: m, BlockTimeout: o.offlineTimeout, CPUTimeout: o.offlineTimeout})
+	}
+	if o.release {
+		if p.releaser, err = newReleaser(o, kcfg, fsys, p.writer, log); err != nil {
+			return nil, err
+		}
+	}
+	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, p.releaser, log, m)
 	if p.relay != nil {
 		p.watcher = newWatcher(o, kcfg, p.systemd, p.agent, log)
 		p.agent.SetAfterRestart(p.watcher.Poke)
@@ -185,6 +195,42 @@ func newEvictor(o *options, relay *kube.Relay, enforcer *cgroup.Enforcer, log *s
 	return evict.New(relay.EvictionClient(), eo)
 }
 
+// newReleaser builds the planned release's actuator: it records what it
+// takes offline beside the state file, never releases the kubelet's
+// reserved CPUs, and reads the exclusive CPU assignments from the
+// kubelet's CPU manager checkpoint before each step. A record it cannot
+// use is moved aside (and said so); it then starts with nothing released.
+func newReleaser(o *options, kcfg *kubelet.Config, fsys topology.FS, w *hotplug.Writer, log *slog.Logger) (*hotplug.Releaser, error) {
+	exclusive := checkpoint.ExclusiveCPUsFunc(filepath.Join(o.kubeletRootDirOrDefault(), "cpu_manager_state"))
+	r, err := hotplug.NewReleaser(hotplug.ReleaserConfig{
+		FS:           fsys,
+		Writer:       w,
+		RecordPath:   filepath.Join(filepath.Dir(o.stateFile), hotplug.RecordFile),
+		ReservedCPUs: topology.CPUSet(kcfg.ReservedCPUs),
+		Exclusive: func() (map[int]string, error) {
+			byPod, err := exclusive()
+			if err != nil {
+				return nil, err
+			}
+			out := map[int]string{}
+			for uid, cpus := range byPod {
+				for _, c := range cpus {
+					out[c] = uid
+				}
+			}
+			return out, nil
+		},
+		Logger: log,
+	})
+	if err != nil {
+		log.Warn("the planned release's record was not used; nothing is held released", "err", err)
+	}
+	if r == nil {
+		return nil, fmt.Errorf("the planned release: %w", err)
+	}
+	return r, nil
+}
+
 // newRestarter builds the kubelet's restarter: its unit over D-Bus, its
 // checkpoints under the kubelet's root directory.
 func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client, log *slog.Logger) (agent.KubeletRestarter, error) {
@@ -231,7 +277,7 @@ func newWatcher(o *options, kcfg *kubelet.Config, sd *systemd.Client, sink kubel
 
 // newAgent builds the decision loop over its actuators.
 func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgroup.Enforcer, evictor *evict.Evictor,
-	restarter agent.KubeletRestarter, log *slog.Logger, m *metrics.Metrics) *agent.Agent {
+	restarter agent.KubeletRestarter, releaser *hotplug.Releaser, log *slog.Logger, m *metrics.Metrics) *agent.Agent {
 	cfg := agent.Config{
 		Reservations: kcfg.Reservations,
 		ReservedCPUs: kcfg.ReservedCPUs,
@@ -258,6 +304,9 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 	}
 	if evictor != nil {
 		cfg.Evictor = evictor
+	}
+	if releaser != nil {
+		cfg.Release, cfg.Releaser = true, releaser
 	}
 	var pub agent.Relay = agent.LocalRelay{}
 	if relay != nil {
@@ -296,7 +345,7 @@ func (p *parts) readNode(ctx context.Context, o *options, log *slog.Logger, m *m
 func (p *parts) subscribers(o *options, log *slog.Logger, m *metrics.Metrics) []monitor.Subscriber {
 	var subs []monitor.Subscriber
 	if o.autoOnline {
-		p.onliner = hotplug.NewAutoOnliner(hotplug.NewWriter(o.sysfsRoot, hotplug.Config{Metrics: m}), log, m)
+		p.onliner = hotplug.NewAutoOnliner(p.writer, log, m)
 		subs = append(subs, p.onliner)
 	}
 	if p.nrt != nil {

@@ -87,6 +87,9 @@ func run(ctx context.Context, o *options, log *slog.Logger) error {
 	systemd.Stopping()
 	log.Info("shutting down")
 	err = g.Wait()
+	if p.releaser != nil {
+		p.releaser.Stop() // a write in flight ends within its bound
+	}
 	if p.systemd != nil {
 		p.systemd.Close()
 	}
