@@ -64,7 +64,7 @@ type Evictor interface {
 }
 
 // KubeletRestarter restarts the kubelet into a changed machine
-// (*kubelet.Restarter, through a small adapter).
+// (*lifecycle.Restarter, through a small adapter).
 type KubeletRestarter interface {
 	// Check says why the kubelet may not be restarted into the machine
 	// snap now (a checkpoint that cannot be made safe); nil when it may.

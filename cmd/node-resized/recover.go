@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/agent"
-	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/lifecycle"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
@@ -26,7 +26,7 @@ const recoverWithin = 20 * time.Second
 
 // stopRecordPath is the kubelet's stop record, in the state directory.
 func (o *options) stopRecordPath() string {
-	return filepath.Join(filepath.Dir(o.stateFile), kubelet.StopRecordFile)
+	return filepath.Join(filepath.Dir(o.stateFile), lifecycle.StopRecordFile)
 }
 
 // bootIDPath is the kernel's boot id under --procfs-root.
@@ -38,7 +38,7 @@ func (o *options) bootIDPath() string {
 // recovery needs: the stop record, the monitor's model of the machine,
 // and a metric and an event for each kubelet it starts. It returns the
 // restarter, whose Run is the recovery loop.
-func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Logger, m *metrics.Metrics) *kubelet.Restarter {
+func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Logger, m *metrics.Metrics) *lifecycle.Restarter {
 	a, ok := ar.(restarter)
 	if !ok {
 		return nil
@@ -52,7 +52,7 @@ func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Lo
 		return nil, errors.New("no model of the machine yet")
 	}
 	relay := p.relay
-	r.Recovered = func(rec kubelet.StopRecord, err error) {
+	r.Recovered = func(rec lifecycle.StopRecord, err error) {
 		m.KubeletRecoveries.Inc()
 		msg := fmt.Sprintf("started %s, which node-resized (pid %d) had stopped at %s to rewrite its checkpoints and had not started again", rec.Unit, rec.PID, rec.At.Format(time.RFC3339))
 		if err != nil {
@@ -127,12 +127,12 @@ func kubeletRecover(args []string) int {
 	defer cancel()
 	sd := systemd.NewClient()
 	defer sd.Close()
-	r := &kubelet.Restarter{Unit: o.kubeletUnit, Systemd: sd}
+	r := &lifecycle.Restarter{Unit: o.kubeletUnit, Systemd: sd}
 	if kcfg, err := loadKubeletConfig(o, log); err != nil {
 		log.Warn("the kubelet's configuration: its checkpoints are left as they are", "err", err)
-	} else if r, err = kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg); err != nil {
+	} else if r, err = lifecycle.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg); err != nil {
 		log.Warn("the kubelet's configuration: its checkpoints are left as they are", "err", err)
-		r = &kubelet.Restarter{Unit: o.kubeletUnit, Systemd: sd}
+		r = &lifecycle.Restarter{Unit: o.kubeletUnit, Systemd: sd}
 	} else {
 		r.Machine = func() (*topology.Snapshot, error) {
 			fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
@@ -147,24 +147,24 @@ func kubeletRecover(args []string) int {
 	// ordered after this unit's stop, which waits for this command:
 	// queue the start, and wait briefly for its result only.
 	r.StartWait = 3 * time.Second
-	rec, _ := kubelet.ReadStopRecord(r.StopRecord)
+	rec, _ := lifecycle.ReadStopRecord(r.StopRecord)
 	for {
 		got, err := r.Recover(ctx)
 		switch got {
-		case kubelet.RecoveryStarted:
+		case lifecycle.RecoveryStarted:
 			log.Warn("started the kubelet that node-resized had stopped and not started again",
 				"unit", o.kubeletUnit, "stopped_at", rec.At, "stopped_by_pid", rec.PID, "err", err)
 			return 0
-		case kubelet.RecoveryWaiting:
+		case lifecycle.RecoveryWaiting:
 			if ctx.Err() == nil {
 				time.Sleep(250 * time.Millisecond)
 				continue
 			}
 			log.Warn("the kubelet is not stopped yet or could not be started; the daemon's next start retries", "unit", o.kubeletUnit, "err", err)
 			return 1
-		case kubelet.RecoveryShutdown:
+		case lifecycle.RecoveryShutdown:
 			log.Info("the system is shutting down: the kubelet is left to it", "unit", o.kubeletUnit)
-		case kubelet.RecoveryCleared:
+		case lifecycle.RecoveryCleared:
 			log.Info("removed the kubelet's stop record: nothing to start", "unit", o.kubeletUnit, "err", err)
 		}
 		return 0

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"context"
@@ -166,7 +166,7 @@ func rollbackNode(t *testing.T, k *fakeKubelet) (*Restarter, string, string) {
 	t.Helper()
 	cpu := v4Checkpoint(t)
 	mem := filepath.Join(filepath.Dir(cpu), "memory_manager_state")
-	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "memory_manager_state", "v1-none"))
+	b, err := os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "memory_manager_state", "v1-none"))
 	if err == nil {
 		err = os.WriteFile(mem, b, 0o644)
 	}

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
@@ -124,7 +125,7 @@ func stopPathRestarter(t *testing.T) (*Restarter, *scriptedUnits) {
 		t.Fatal(err)
 	}
 	u := &scriptedUnits{t: t, checkpoint: v4Checkpoint(t), record: filepath.Join(dir, StopRecordFile),
-		state: systemd.UnitState{Unit: DefaultUnit, LoadState: "loaded", TimeoutStop: 90 * time.Second}}
+		state: systemd.UnitState{Unit: kubelet.DefaultUnit, LoadState: "loaded", TimeoutStop: 90 * time.Second}}
 	u.set("active", "running")
 	u.state.ActiveEnter = time.Now().Add(-time.Hour)
 	r := &Restarter{Systemd: u, CPUManagerCheckpoint: u.checkpoint,
@@ -232,7 +233,7 @@ func TestStopRecordDurable(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, StopRecordFile)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	want := StopRecord{Unit: DefaultUnit, At: at, BootID: "b0", PID: 42}
+	want := StopRecord{Unit: kubelet.DefaultUnit, At: at, BootID: "b0", PID: 42}
 	if err := writeStopRecord(path, want); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestRecover(t *testing.T) {
 			at := time.Now().Add(-time.Second)
 			switch c.record {
 			case "":
-				if err := writeStopRecord(u.record, StopRecord{Unit: DefaultUnit, At: at, BootID: "b0", PID: 7}); err != nil {
+				if err := writeStopRecord(u.record, StopRecord{Unit: kubelet.DefaultUnit, At: at, BootID: "b0", PID: 7}); err != nil {
 					t.Fatal(err)
 				}
 			case "none":
