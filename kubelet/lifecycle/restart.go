@@ -60,6 +60,16 @@ type Restarter struct {
 	Machine    func() (*topology.Snapshot, error)
 	Recovered  func(rec StopRecord, err error)
 	Logger     *slog.Logger
+	// Started, when set, is told of each start of the kubelet Recover
+	// makes, and of each one a recovery with no one to tell noted in
+	// StartNotes (Run takes those notes at each pass, and removes them):
+	// the daemon counts them in its restart budget. When nil (`node-resized
+	// kubelet-recover`, which runs while the daemon does not), Recover
+	// notes each start it makes in StartNotes (StartNotesFile in the
+	// state directory; empty: nowhere). The start comes first; the call
+	// or the note follows and never holds it up.
+	Started    func(at time.Time)
+	StartNotes string
 	// StartWait bounds Recover's wait for its start job's result
 	// (a minute when 0); a start not done by then is queued all the same.
 	StartWait time.Duration
