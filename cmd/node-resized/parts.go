@@ -96,6 +96,10 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		p.recovery = p.withRecovery(restarter, o, log, m)
 	}
 	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, log, m)
+	if p.recovery != nil {
+		// A recovery's start counts in the restart budget.
+		p.recovery.Started = p.agent.KubeletStarted
+	}
 	if p.relay != nil {
 		p.watcher = newWatcher(o, kcfg, p.systemd, p.agent, log)
 		p.agent.SetAfterRestart(p.watcher.Poke)

@@ -29,6 +29,12 @@ func (o *options) stopRecordPath() string {
 	return filepath.Join(filepath.Dir(o.stateFile), lifecycle.StopRecordFile)
 }
 
+// startNotesPath is where a recovery with no daemon to tell notes the
+// kubelet starts it made, in the state directory.
+func (o *options) startNotesPath() string {
+	return filepath.Join(filepath.Dir(o.stateFile), lifecycle.StartNotesFile)
+}
+
 // bootIDPath is the kernel's boot id under --procfs-root.
 func (o *options) bootIDPath() string {
 	return filepath.Join(o.procfsRoot, "sys", "kernel", "random", "boot_id")
@@ -37,7 +43,8 @@ func (o *options) bootIDPath() string {
 // withRecovery completes the restarter built for the daemon with what
 // recovery needs: the stop record, the monitor's model of the machine,
 // and a metric and an event for each kubelet it starts. It returns the
-// restarter, whose Run is the recovery loop.
+// restarter, whose Run is the recovery loop; assemble tells it of the
+// agent, which counts each start in the restart budget (Started).
 func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Logger, m *metrics.Metrics) *lifecycle.Restarter {
 	a, ok := ar.(restarter)
 	if !ok {
@@ -45,6 +52,7 @@ func (p *parts) withRecovery(ar agent.KubeletRestarter, o *options, log *slog.Lo
 	}
 	r := a.Restarter
 	r.StopRecord, r.BootIDPath, r.Logger = o.stopRecordPath(), o.bootIDPath(), log
+	r.StartNotes = o.startNotesPath()
 	r.Machine = func() (*topology.Snapshot, error) {
 		if snap, _ := p.monitor.Snapshot(); snap != nil {
 			return snap, nil
@@ -73,8 +81,9 @@ It runs as node-resized.service's ExecStopPost, after every stop of the
 daemon. Only when the daemon's stop record exists (kubelet-stopped.json in the
 state directory), is of this boot and the kubelet's unit is stopped does it
 make the kubelet's checkpoints fit the machine as sysfs shows it and start the
-unit, with a start that replaces no job (never a shutdown's). A record of
-another boot is removed. It waits a few seconds at most for a unit that is
+unit, with a start that replaces no job (never a shutdown's), then note the
+start (kubelet-started.json in the state directory), which the daemon counts
+in its restart budget when it starts. A record of another boot is removed. It waits a few seconds at most for a unit that is
 still stopping, and does nothing during a shutdown.
 
 Usage:
@@ -100,7 +109,8 @@ Exit status:
 // it started it. When the stop record exists, is of this boot and the
 // kubelet's unit is stopped, it makes the checkpoints safe for the
 // machine as sysfs shows it and starts the unit, with a start that
-// replaces no job (never a shutdown's). It waits a few seconds at most
+// replaces no job (never a shutdown's), then notes the start for the
+// daemon's restart budget. It waits a few seconds at most
 // for a unit still stopping; nothing at all during a shutdown. It takes
 // the daemon's flags (--state-file, --kubelet-unit, --kubelet-config,
 // --kubelet-root-dir, --sysfs-root, --procfs-root, the log flags) and
@@ -143,6 +153,10 @@ func kubeletRecover(args []string) int {
 		}
 	}
 	r.StopRecord, r.BootIDPath, r.Logger = o.stopRecordPath(), o.bootIDPath(), log
+	// No daemon runs to count the start in its restart budget: it is
+	// noted beside the stop record, and the daemon counts it when it
+	// starts (the state file keeps one writer, the daemon).
+	r.StartNotes = o.startNotesPath()
 	// During `systemctl stop node-resized` the kubelet's start is
 	// ordered after this unit's stop, which waits for this command:
 	// queue the start, and wait briefly for its result only.
