@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,7 +65,7 @@ type Evictor interface {
 }
 
 // KubeletRestarter restarts the kubelet into a changed machine
-// (*kubelet.Restarter, through a small adapter).
+// (*lifecycle.Restarter, through a small adapter).
 type KubeletRestarter interface {
 	// Check says why the kubelet may not be restarted into the machine
 	// snap now (a checkpoint that cannot be made safe); nil when it may.
@@ -202,9 +203,10 @@ type KubeletStatus struct {
 	// one ended.
 	Restarting  bool           `json:"restarting,omitempty"`
 	LastRestart *RestartRecord `json:"lastRestart,omitempty"`
-	// RestartBudget is the most restarts node-resized makes in any window
-	// of the given length ("3/20m"), RecentRestarts the restarts it asked
-	// for in the window now, oldest first. RestartWaiting says what a
+	// RestartBudget is the most kubelet starts node-resized causes in any
+	// window of the given length ("3/20m"), RecentRestarts those in the
+	// window now, oldest first: the restarts it asked for, and the starts
+	// of its rollbacks and recoveries. RestartWaiting says what a
 	// restart that is needed and allowed waits for (settle, interval,
 	// budget), and NextRestart until when.
 	RestartBudget  string      `json:"restartBudget"`
@@ -247,8 +249,12 @@ type Agent struct {
 	report      types.RestartReport // of the last restart that ended
 	restarting  bool
 	lastRestart *RestartRecord
-	restarts    sync.WaitGroup
-	release     types.ReleaseReport // the releaser's last report
+	// starts are the kubelet starts node-resized caused besides the
+	// restarts it asked for (a rollback's, a recovery's) that no pass has
+	// taken into the restart history yet, oldest first.
+	starts   []time.Time
+	restarts sync.WaitGroup
+	release  types.ReleaseReport // the releaser's last report
 	// Output.
 	state  decide.State
 	status Status
@@ -397,9 +403,21 @@ func (a *Agent) OnKubelet(v types.KubeletView) {
 	a.poke()
 }
 
+// KubeletStarted counts a start of the kubelet node-resized caused
+// besides the restarts the agent asks for (a recovery's start of a kubelet
+// it had stopped) in the restart budget: the next pass takes it into the
+// restart history, which the state file keeps. It returns at once.
+func (a *Agent) KubeletStarted(at time.Time) {
+	a.mu.Lock()
+	a.starts = append(a.starts, at)
+	a.mu.Unlock()
+	a.poke()
+}
+
 // Run decides on every input until ctx is done, then waits for a kubelet
-// restart that is running.
+// restart that is running, and keeps the starts no pass took.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.keepStarts()
 	defer a.restarts.Wait()
 	var requeue clock.Timer
 	defer func() {
@@ -423,6 +441,28 @@ func (a *Agent) Run(ctx context.Context) error {
 				requeue.Stop()
 			}
 			requeue = a.clock.NewTimer(after)
+		}
+	}
+}
+
+// keepStarts takes the kubelet starts no pass took into the restart
+// history and writes the state file, for a daemon that stops: a rollback
+// during the last restart, a recovery just before the stop. Run's loop
+// has returned, so no pass runs meanwhile.
+func (a *Agent) keepStarts() {
+	a.mu.Lock()
+	if len(a.starts) == 0 {
+		a.mu.Unlock()
+		return
+	}
+	a.state = a.state.WithStarts(a.starts, a.clock.Now(), a.cfg.Policy)
+	a.starts = nil
+	st := a.state
+	a.mu.Unlock()
+	if a.cfg.StatePath != "" {
+		if err := SaveState(a.cfg.StatePath, st); err != nil {
+			a.m.ResizeErrors.WithLabelValues("state_file").Inc()
+			a.log.Error("write the state file", "path", a.cfg.StatePath, "err", err)
 		}
 	}
 }
@@ -563,6 +603,7 @@ func (a *Agent) gather() (passInput, bool) {
 			Kubelet:      k,
 			Policy:       a.cfg.Policy,
 			Release:      rel,
+			Starts:       slices.Clone(a.starts),
 		},
 		snap: a.snap, since: a.since, source: a.source, checkpoints: checkpoints, stale: stale, released: released,
 	}, true
@@ -731,7 +772,7 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 		report.Failed = fmt.Sprintf("systemd's job to start %s ended %q", a.cfg.KubeletUnit, res)
 	}
 	a.m.KubeletRestarts.WithLabelValues(rec.Result).Inc()
-	a.rolledBack(err)
+	starts := a.rolledBack(err)
 	if report.Failed != "" {
 		a.log.Error("kubelet restart failed", "unit", a.cfg.KubeletUnit, "result", rec.Result, "err", report.Failed)
 	} else {
@@ -741,6 +782,7 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 	a.restarting = false
 	a.lastRestart = rec
 	a.report = report
+	a.starts = append(a.starts, starts...)
 	after := a.cfg.AfterRestart
 	a.mu.Unlock()
 	if after != nil {
@@ -751,11 +793,12 @@ func (a *Agent) restarted(at time.Time, res string, err error) {
 
 // rolledBack reports a restart that ended in a checkpoint rollback: a
 // Warning event, the metric, a log line with the files and the kubelet's
-// journal line that blamed them.
-func (a *Agent) rolledBack(err error) {
+// journal line that blamed them. It returns the rollback's starts of the
+// kubelet, which the restart budget counts.
+func (a *Agent) rolledBack(err error) []time.Time {
 	var rb *types.CheckpointRollback
 	if !errors.As(err, &rb) {
-		return
+		return nil
 	}
 	a.m.KubeletCheckpointRollbacks.Inc()
 	a.log.Warn("kubelet checkpoint rolled back", "unit", a.cfg.KubeletUnit, "files", strings.Join(rb.Files, ","),
@@ -763,6 +806,7 @@ func (a *Agent) rolledBack(err error) {
 	a.relay.Event(types.EventWarning, types.EventKubeletCheckpointRolledBack, fmt.Sprintf(
 		"the kubelet refused the checkpoint node-resized rewrote for it (%s); %s restored from the backups and the kubelet started again; "+
 			"node-resized does not restart it again for this change", cut(rb.Journal, 400), strings.Join(rb.Files, ", ")))
+	return rb.Starts
 }
 
 // cut shortens s to at most n bytes, for an event's message.
@@ -862,6 +906,9 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 	}
 	changed := !sameState(a.state, d.Next)
 	a.state = d.Next
+	// The starts the pass took are in the restart history now; those told
+	// since wait for the next pass.
+	a.starts = a.starts[len(p.in.Starts):]
 	a.exportCondition(d.Condition.Reason)
 	exportList(a.m.TargetCapacity, a.status.Target, d.Target)
 	exportList(a.m.Allocatable, a.status.Allocatable, d.Allocatable)

@@ -32,6 +32,8 @@ type recordingRestarter struct {
 	mu    sync.Mutex
 	at    []time.Time
 	into  []int
+	// ends, when set, says how the restart with that index (from 0) ends.
+	ends func(i int) error
 }
 
 func (r *recordingRestarter) Check(*topology.Snapshot) error { return nil }
@@ -41,6 +43,9 @@ func (r *recordingRestarter) Restart(_ context.Context, snap *topology.Snapshot)
 	defer r.mu.Unlock()
 	r.at = append(r.at, r.clock.Now())
 	r.into = append(r.into, len(snap.CPUs.Online))
+	if r.ends != nil {
+		return "done", r.ends(len(r.at) - 1)
+	}
 	return "done", nil
 }
 

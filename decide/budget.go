@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// The restart budget's defaults: at most 3 kubelet restarts by node-resized
-// in any 20 minutes. node-problem-detector's stock FrequentKubeletRestart
+// The restart budget's defaults: at most 3 kubelet starts by node-resized
+// in any 20 minutes: its restarts, and the starts of its rollbacks and
+// recoveries (Input.Starts). node-problem-detector's stock FrequentKubeletRestart
 // (config/systemd-monitor-counter.json) fires at 5 kubelet starts in 20
 // minutes, whoever made them; 3 leaves room for the kubelet's own restart
 // after a crash and for an operator's or NPD's repair.
@@ -67,6 +68,42 @@ func recordRestart(history []time.Time, now time.Time, budget int, window time.D
 	return out
 }
 
+// countStarts returns history with the kubelet starts starts added, as
+// recordRestart keeps it: each time once (one already there, or passed
+// twice, is not counted again), the zero time not at all, one later than
+// now by more than MaxClockSkew at now (a state file could not hold it),
+// then only what the budget looks at.
+func countStarts(history, starts []time.Time, now time.Time, budget int, window time.Duration) []time.Time {
+	all := slices.Clone(history)
+	for _, at := range starts {
+		switch {
+		case at.IsZero():
+			continue
+		case at.After(now.Add(MaxClockSkew)):
+			at = now
+		}
+		all = append(all, at)
+	}
+	out := slices.CompactFunc(recentRestarts(all, now, window), time.Time.Equal)
+	if n := min(budget, MaxRestartHistory); len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// WithStarts returns s with the kubelet starts node-resized caused besides
+// the restarts Decide asked for (Input.Starts) in its restart history, as
+// Decide records them: for a caller that keeps its state with no pass to
+// take (a daemon stopping).
+func (s State) WithStarts(starts []time.Time, now time.Time, p Policy) State {
+	if len(starts) == 0 {
+		return s
+	}
+	n, window := p.Budget()
+	s.Restarts = countStarts(s.Restarts, starts, now, n, window)
+	return s
+}
+
 // budgetMessage is the condition's word on a restart that waits for the
 // budget until until.
 func budgetMessage(pol Policy, until time.Time) string {
@@ -95,8 +132,9 @@ func (p Policy) Budget() (n int, window time.Duration) {
 	return p.RestartBudget, p.RestartBudgetWindow
 }
 
-// RecentRestarts returns the restarts of s that count against p's budget
-// at now, oldest first.
+// RecentRestarts returns the kubelet starts of s that count against p's
+// budget at now, oldest first: the restarts Decide asked for and the
+// starts it was told of (Input.Starts).
 func (p Policy) RecentRestarts(s State, now time.Time) []time.Time {
 	_, window := p.Budget()
 	return recentRestarts(s.Restarts, now, window)

@@ -73,6 +73,119 @@ func TestRecordRestart(t *testing.T) {
 	}
 }
 
+// TestCountStarts: the starts node-resized caused besides its restarts
+// (a rollback's, a recovery's) enter the history as restarts do, each
+// once.
+func TestCountStarts(t *testing.T) {
+	m := func(i int) time.Time { return t0.Add(minutes(i)) }
+	now := m(30)
+	for _, tc := range []struct {
+		name            string
+		history, starts []time.Time
+		want            []time.Time
+	}{
+		{"none", []time.Time{m(20)}, nil, []time.Time{m(20)}},
+		{"a rollback's start after its restart", []time.Time{m(20)}, []time.Time{m(21)}, []time.Time{m(20), m(21)}},
+		{"a recovery's start, earlier than the last restart", []time.Time{m(25)}, []time.Time{m(15)}, []time.Time{m(15), m(25)}},
+		{"passed twice, counted once", []time.Time{m(20), m(21)}, []time.Time{m(21), m(21)}, []time.Time{m(20), m(21)}},
+		{"out of the window", []time.Time{m(20)}, []time.Time{m(5)}, []time.Time{m(20)}},
+		{"at most the budget, the latest", []time.Time{m(15), m(20), m(25)}, []time.Time{m(26)}, []time.Time{m(20), m(25), m(26)}},
+		{"the zero time is no start", nil, []time.Time{{}}, nil},
+		{"within the clock skew ahead, kept", []time.Time{m(20)}, []time.Time{m(33)}, []time.Time{m(20), m(33)}},
+		{"beyond the clock skew, at now", []time.Time{m(20)}, []time.Time{m(90)}, []time.Time{m(20), now}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := countStarts(tc.history, tc.starts, now, 3, 20*time.Minute)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("countStarts = %v, want %v", got, tc.want)
+			}
+			if err := (State{Version: StateVersion, Restarts: got}).Validate(now); err != nil {
+				t.Fatalf("the history counted is not one a state file may hold: %v", err)
+			}
+		})
+	}
+}
+
+// TestStartsCountAgainstTheBudget: a start node-resized caused besides its
+// restarts (a rollback's start again, a recovery's start) counts as a
+// restart: with the restarts before it, it spends the budget, and the next
+// restart waits until the oldest of them leaves the window, which the
+// decision and the condition say. A start is never refused, and it is
+// counted once however often the caller passes it.
+func TestStartsCountAgainstTheBudget(t *testing.T) {
+	settle := shipped.SettleDelay
+	window := DefaultRestartBudgetWindow
+	for _, tc := range []struct {
+		name string
+		// restarts: changes whose restarts Decide asks for, at these
+		// minutes; starts: the starts it is told of, at these times.
+		restarts []int
+		starts   []time.Duration
+		// free: when the next restart is allowed (0: at once).
+		free time.Duration
+	}{
+		{"two restarts and a rollback's start", []int{0, 3}, []time.Duration{minutes(3) + settle + 20*time.Second}, settle + window},
+		{"two restarts and a recovery's start", []int{0, 3}, []time.Duration{minutes(4)}, settle + window},
+		{"a restart, a rollback's start and a recovery's start", []int{0}, []time.Duration{minutes(1), minutes(2)}, settle + window},
+		{"a recovery's start first", []int{2, 5}, []time.Duration{minutes(1)}, minutes(1) + window},
+		{"a start outside the window counts no longer", []int{21, 24}, []time.Duration{minutes(1)}, 0},
+		{"two restarts and nothing else", []int{0, 3}, nil, 0},
+		{"the same start told three times", []int{0, 3}, []time.Duration{minutes(4), minutes(4), minutes(4)}, settle + window},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRestarting(t, 4, shipped)
+			var starts []time.Time
+			tell := func(until time.Duration) func(in *Input) {
+				return func(in *Input) {
+					in.Starts = nil
+					for _, s := range tc.starts {
+						if s <= until {
+							in.Starts = append(in.Starts, t0.Add(s))
+						}
+					}
+					starts = in.Starts
+				}
+			}
+			cpu := int64(4)
+			last := time.Duration(0)
+			for _, at := range tc.restarts {
+				cpu++
+				r.at(minutes(at), func(in *Input) { cpus(cpu)(in); tell(minutes(at))(in) })
+				d := r.at(minutes(at)+settle, tell(minutes(at)+settle))
+				if !hasKind(d.Actions, KindRestartKubelet) {
+					t.Fatalf("the change at %dm: no restart (%s)", at, d.Condition.Message)
+				}
+				r.at(minutes(at)+settle+time.Second, tell(minutes(at)+settle+time.Second))
+				last = minutes(at) + settle + time.Second
+			}
+			now := max(last, slices.Max(append(tc.starts, 0))) + shipped.RestartInterval
+			r.at(now, func(in *Input) { cpus(cpu + 1)(in); tell(now)(in) })
+			now += settle
+			d := r.at(now, tell(now))
+			if len(starts) != len(tc.starts) {
+				t.Fatalf("%d starts told, want %d", len(starts), len(tc.starts))
+			}
+			if tc.free == 0 {
+				if !hasKind(d.Actions, KindRestartKubelet) {
+					t.Fatalf("%v waiting %q until %v; want a restart now", kinds(d.Actions), d.RestartWaiting, d.RestartNotBefore)
+				}
+				return
+			}
+			free := t0.Add(tc.free)
+			if hasKind(d.Actions, KindRestartKubelet) || d.RestartWaiting != RestartWaitBudget || !d.RestartNotBefore.Equal(free) {
+				t.Fatalf("%v waiting %q until %v; want the budget until %v (history %v)", kinds(d.Actions), d.RestartWaiting, d.RestartNotBefore, free, d.Next.Restarts)
+			}
+			if want := "is spent until " + free.Format(time.RFC3339); !strings.Contains(d.Condition.Message, want) {
+				t.Fatalf("message %q, want it to say %q", d.Condition.Message, want)
+			}
+			d = r.at(free.Sub(t0), tell(free.Sub(t0)))
+			if !hasKind(d.Actions, KindRestartKubelet) {
+				t.Fatalf("at %v, when the budget frees: %v waiting %q until %v", free, kinds(d.Actions), d.RestartWaiting, d.RestartNotBefore)
+			}
+		})
+	}
+}
+
 // restarting is a node whose kubelet, when Decide restarts it, is back at
 // once, Ready with the machine it read at the restart: the machine at the
 // pass that asked for it. Its evictions are done at once too.

@@ -41,6 +41,15 @@ type Input struct {
 	// read just before. The pass then starts with a ReassertCgroups,
 	// unless it writes new limits anyway. See reassert.
 	Reassert bool
+	// Starts are the kubelet starts node-resized caused besides the
+	// restarts Decide asks for: the start again after a rollback of a
+	// checkpoint the kubelet refused, a recovery's start of a kubelet
+	// node-resized had stopped. Each enters the restart history
+	// (State.Restarts) before the pass decides, and counts against the
+	// restart budget as a restart does; a time the history holds already
+	// is not counted again, so passing a start twice is harmless. A start
+	// is never refused: it has happened.
+	Starts []time.Time
 	// ReservedCPUs are the CPU ids of the kubelet's reservedSystemCPUs
 	// (none when it reserves no CPU by id). While one is not among
 	// Physical.OnlineCPUs, the kubelet is not restarted and the condition
@@ -136,6 +145,7 @@ func managed(name string) bool {
 //
 // Decide is a pure function: safe for concurrent use.
 func Decide(in Input) Decision {
+	in.Previous = in.Previous.WithStarts(in.Starts, in.Now, in.Policy)
 	p := pass{in: in, pol: in.Policy.withDefaults(), jitter: in.JitterMemory, prev: in.Previous.clone()}
 	if p.jitter <= 0 {
 		p.jitter = DefaultJitterMemory

@@ -26,10 +26,11 @@ type Policy struct {
 	// RestartTimeout is how long a restarted kubelet has to come back Ready
 	// with the target capacity.
 	RestartTimeout time.Duration `json:"restartTimeout,omitempty"`
-	// RestartBudget is the most kubelet restarts Decide asks for in any
-	// RestartBudgetWindow (at most MaxRestartHistory); changes made while
-	// the budget is spent wait for the next restart it allows, which adopts
-	// the latest of them.
+	// RestartBudget is the most kubelet starts node-resized causes in any
+	// RestartBudgetWindow (at most MaxRestartHistory): the restarts Decide
+	// asks for, and the starts it is told of (Input.Starts), which it never
+	// refuses but counts. Changes made while the budget is spent wait for
+	// the next restart it allows, which adopts the latest of them.
 	RestartBudget       int           `json:"restartBudget,omitempty"`
 	RestartBudgetWindow time.Duration `json:"restartBudgetWindow,omitempty"`
 	// TaintWhileStale keeps new pods off the node (the NoSchedule taint

@@ -72,10 +72,11 @@ type State struct {
 	// Policy.RestartTimeout passes).
 	RestartAt      time.Time `json:"restartAt,omitempty"`
 	RestartPending bool      `json:"restartPending,omitempty"`
-	// Restarts are the times of the kubelet restarts Decide asked for
+	// Restarts are the times of the kubelet starts node-resized caused
 	// within the restart budget's window, oldest first (at most
-	// Policy.RestartBudget of them): the budget's history, kept across a
-	// daemon restart.
+	// Policy.RestartBudget of them): the restarts Decide asked for and
+	// the starts it was told of (Input.Starts: a rollback's, a
+	// recovery's). The budget's history, kept across a daemon restart.
 	Restarts []time.Time `json:"restarts,omitempty"`
 	// RestartFailed says why the restart asked for at RestartAt failed,
 	// and RestartFailedAt when that was found; no restart is asked for

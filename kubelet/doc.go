@@ -1,5 +1,5 @@
-// Package kubelet is what the local kubelet is to node-resized: its
-// configuration, and the kubelet that runs.
+// Package kubelet is what the local kubelet is to node-resized, as read:
+// its configuration, its version, and the kubelet that runs.
 //
 //   - Load reads its KubeletConfiguration the way the kubelet reads it
 //     (the file, its drop-in directory, the defaults that matter) and
@@ -8,10 +8,10 @@
 //     its unit's state (from systemd), its status writes on the Node, and
 //     its pod-resources API, which AllocatableResources asks
 //     (GetAllocatableResources over gRPC on the kubelet's unix socket).
-//   - Restarter restarts it into a changed machine through systemd, with
-//     its CPU and memory manager checkpoints made safe first (package
-//     kubelet/checkpoint). When to restart is not decided here.
+//   - VersionNote says what a kubelet version means for its checkpoints.
 //
-// Its side effects are reading files, the pod-resources calls, and the
-// systemd jobs and checkpoint writes of a restart.
+// It only reads: its side effects are reading files and the
+// pod-resources and systemd calls. What node-resized does to the kubelet
+// (a restart, the pre-start, a recovery, a rollback) is package
+// kubelet/lifecycle; its checkpoints are package kubelet/checkpoint.
 package kubelet

@@ -25,6 +25,10 @@ const (
 	DaemonFieldManager  = "node-resized"
 )
 
+// DefaultUnit is the kubelet's systemd unit on kubeadm and most
+// distributions.
+const DefaultUnit = "kubelet.service"
+
 // DefaultWatchPoll is how often the Watcher asks systemd and the
 // pod-resources API.
 const DefaultWatchPoll = 5 * time.Second

@@ -81,6 +81,11 @@ type CheckpointRollback struct {
 	// pre-start hold not written), empty when nothing did.
 	Result   string   `json:"result"`
 	Problems []string `json:"problems,omitempty"`
+	// Starts are when the kubelet was started again, one per file
+	// restored (each refusal, in turn, restores a file and starts it): kubelet
+	// starts node-resized caused besides the restart, which the restart
+	// budget counts.
+	Starts []time.Time `json:"starts,omitempty"`
 }
 
 // Error implements error.

@@ -21,6 +21,7 @@ import (
 	"github.com/node-resized/node-resized/kube/nrt"
 	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
+	"github.com/node-resized/node-resized/kubelet/lifecycle"
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/systemd"
@@ -42,7 +43,7 @@ type parts struct {
 	nrt      *nrt.Publisher
 	evictor  *evict.Evictor
 	watcher  *kubelet.Watcher
-	recovery *kubelet.Restarter // starts a kubelet a restart left stopped
+	recovery *lifecycle.Restarter // starts a kubelet a restart left stopped
 	systemd  *systemd.Client
 	api      *api.Server
 	info     api.Info
@@ -105,6 +106,10 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		}
 	}
 	p.agent = newAgent(o, kcfg, p.relay, p.enforcer, p.evictor, restarter, p.releaser, log, m)
+	if p.recovery != nil {
+		// A recovery's start counts in the restart budget.
+		p.recovery.Started = p.agent.KubeletStarted
+	}
 	if p.relay != nil {
 		p.watcher = newWatcher(o, kcfg, p.systemd, p.agent, log)
 		p.agent.SetAfterRestart(p.watcher.Poke)
@@ -234,17 +239,17 @@ func newReleaser(o *options, kcfg *kubelet.Config, fsys topology.FS, w *hotplug.
 // newRestarter builds the kubelet's restarter: its unit over D-Bus, its
 // checkpoints under the kubelet's root directory.
 func newRestarter(o *options, kcfg *kubelet.Config, sd *systemd.Client, log *slog.Logger) (agent.KubeletRestarter, error) {
-	r, err := kubelet.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg)
+	r, err := lifecycle.NewRestarter(sd, o.kubeletUnit, o.kubeletRootDirOrDefault(), kcfg)
 	if err != nil {
 		return nil, fmt.Errorf("the kubelet's restart: %w", err)
 	}
-	r.Rollback.HoldPath = filepath.Join(filepath.Dir(o.stateFile), kubelet.HoldFile)
+	r.Rollback.HoldPath = filepath.Join(filepath.Dir(o.stateFile), lifecycle.HoldFile)
 	r.Logger = log
 	return restarter{r}, nil
 }
 
-// restarter adapts *kubelet.Restarter to the agent's interface.
-type restarter struct{ *kubelet.Restarter }
+// restarter adapts *lifecycle.Restarter to the agent's interface.
+type restarter struct{ *lifecycle.Restarter }
 
 func (r restarter) Restart(ctx context.Context, snap *topology.Snapshot) (string, error) {
 	res, err := r.Restarter.Restart(ctx, snap)

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/lifecycle"
 	"github.com/node-resized/node-resized/topology"
 )
 
@@ -76,17 +76,17 @@ func kubeletPrestart(args []string, stdout, stderr io.Writer) (status int) {
 	if err != nil {
 		newLogger(&options{logLevel: "info", logFormat: "auto"}, stderr).Warn(
 			"kubelet pre-start failed: the checkpoints are as they were, the kubelet starts as it would without node-resized",
-			"outcome", string(kubelet.PrestartFailed), "err", fmt.Errorf("the daemon's flags: %w", err))
+			"outcome", string(lifecycle.PrestartFailed), "err", fmt.Errorf("the daemon's flags: %w", err))
 		return 0
 	}
 	log := newLogger(o, stderr)
-	p := &kubelet.Prestart{
-		Checkpoints: func() (kubelet.Checkpoints, error) {
+	p := &lifecycle.Prestart{
+		Checkpoints: func() (lifecycle.Checkpoints, error) {
 			cfg, err := loadKubeletConfig(o, log)
 			if err != nil {
-				return kubelet.Checkpoints{}, err
+				return lifecycle.Checkpoints{}, err
 			}
-			return kubelet.NewCheckpoints(o.kubeletRootDirOrDefault(), cfg)
+			return lifecycle.NewCheckpoints(o.kubeletRootDirOrDefault(), cfg)
 		},
 		Machine: func() (*topology.Snapshot, error) {
 			fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
@@ -95,7 +95,7 @@ func kubeletPrestart(args []string, stdout, stderr io.Writer) (status int) {
 			}
 			return fsys.Snapshot()
 		},
-		HoldFile: filepath.Join(filepath.Dir(o.stateFile), kubelet.HoldFile),
+		HoldFile: filepath.Join(filepath.Dir(o.stateFile), lifecycle.HoldFile),
 		Log:      log,
 	}
 	p.Run(context.Background())

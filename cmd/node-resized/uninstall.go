@@ -20,7 +20,7 @@ import (
 	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kube/nrt"
-	"github.com/node-resized/node-resized/kubelet"
+	"github.com/node-resized/node-resized/kubelet/lifecycle"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 	"github.com/node-resized/node-resized/types"
@@ -175,8 +175,8 @@ func either(cond bool, yes, no string) string {
 // plainDropIn is where make install puts the kubelet's pre-start drop-in;
 // the packages' is packagedDropIn, which their package manager removes.
 const (
-	plainDropIn    = "/etc/systemd/system/kubelet.service.d/" + kubelet.PrestartDropIn
-	packagedDropIn = "/usr/lib/systemd/system/kubelet.service.d/" + kubelet.PrestartDropIn
+	plainDropIn    = "/etc/systemd/system/kubelet.service.d/" + lifecycle.PrestartDropIn
+	packagedDropIn = "/usr/lib/systemd/system/kubelet.service.d/" + lifecycle.PrestartDropIn
 )
 
 // removeDropIn removes the pre-start drop-in of a plain install, when it

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"context"
@@ -166,7 +166,7 @@ func rollbackNode(t *testing.T, k *fakeKubelet) (*Restarter, string, string) {
 	t.Helper()
 	cpu := v4Checkpoint(t)
 	mem := filepath.Join(filepath.Dir(cpu), "memory_manager_state")
-	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "memory_manager_state", "v1-none"))
+	b, err := os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "memory_manager_state", "v1-none"))
 	if err == nil {
 		err = os.WriteFile(mem, b, 0o644)
 	}
@@ -217,10 +217,16 @@ func TestRollbackRestoresTheRefusedCheckpoint(t *testing.T) {
 			}
 		}
 	}
+	began := time.Now()
 	res, err := r.Restart(context.Background(), grow(t))
 	var rb *types.CheckpointRollback
 	if !errors.As(err, &rb) {
 		t.Fatalf("Restart = %q, %v; want a CheckpointRollback", res, err)
+	}
+	// The start again is one node-resized caused besides the restart: the
+	// report says when, for the restart budget.
+	if len(rb.Starts) != 1 || rb.Starts[0].Before(began) || rb.Starts[0].After(time.Now()) {
+		t.Errorf("rollback starts %v; want the one start again, since %v", rb.Starts, began)
 	}
 	t.Logf("Restart: %q, %v", res, err)
 	if res != systemd.JobDone || !slices.Equal(rb.Files, []string{mem}) || rb.Journal != lineMemoryCorrupt || rb.Result != "done" || len(rb.Problems) != 0 {
@@ -268,6 +274,9 @@ func TestRollbackEachRewrittenFileOnce(t *testing.T) {
 	}
 	if !slices.Equal(k.units.calls, []string{"stop", "start", "start", "start"}) {
 		t.Errorf("jobs %v; want one start per file restored, no more", k.units.calls)
+	}
+	if len(rb.Starts) != 2 || rb.Starts[1].Before(rb.Starts[0]) {
+		t.Errorf("rollback starts %v; want each start again, in order", rb.Starts)
 	}
 	if got, _ := os.ReadFile(cpu); string(got) != string(old) {
 		t.Error("the CPU checkpoint is not its backup")
@@ -353,6 +362,9 @@ func TestRollbackRestartsAKubeletBackMeanwhile(t *testing.T) {
 	}
 	if !slices.Equal(k.units.calls, []string{"stop", "start", "restart"}) {
 		t.Errorf("jobs %v; want a restart of the kubelet systemd had started again", k.units.calls)
+	}
+	if len(rb.Starts) != 1 {
+		t.Errorf("rollback starts %v; want the restart that started it again", rb.Starts)
 	}
 }
 

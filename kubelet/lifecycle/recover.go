@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"context"
@@ -228,7 +228,7 @@ func (r *Restarter) dropRecord() error {
 	if r.StopRecord == "" {
 		return nil
 	}
-	return removeStopRecord(r.StopRecord)
+	return removeRecord(r.StopRecord)
 }
 
 // clearIfActive removes the stop record when the unit is active.
@@ -251,7 +251,8 @@ func (r *Restarter) clearIfActive(ctx context.Context, unit string) {
 // down. A record from another boot, for another unit, unreadable, or for
 // a unit started since, is removed. It returns what it did; an error says
 // what went wrong on the way (a unit started with its checkpoints as they
-// were is RecoveryStarted with an error).
+// were is RecoveryStarted with an error). A start it made is told to
+// Started, or noted in StartNotes.
 func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 	if r.StopRecord == "" {
 		return RecoveryNone, nil
@@ -314,6 +315,7 @@ func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 		}
 	}
 	var res systemd.JobResult
+	at := time.Now()
 	wait := r.StartWait
 	if wait <= 0 {
 		wait = startWait
@@ -328,7 +330,7 @@ func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		// Queued, its result not awaited (a job ordered after one
 		// still running): the record goes once the unit is active.
-		return RecoveryStarted, rwErr
+		return RecoveryStarted, errors.Join(rwErr, r.started(at))
 	}
 	if err == nil && res != systemd.JobDone {
 		err = fmt.Errorf("start %s: job %s", unit, res)
@@ -337,12 +339,13 @@ func (r *Restarter) Recover(ctx context.Context) (Recovery, error) {
 		return RecoveryWaiting, errors.Join(rwErr, err)
 	}
 	r.clearIfActive(ctx, unit)
-	return RecoveryStarted, rwErr
+	return RecoveryStarted, errors.Join(rwErr, r.started(at))
 }
 
 // Run looks for a kubelet left stopped (Recover) at once and then every
 // DefaultRecoverInterval until ctx is done. It logs what it does and
-// tells Recovered of each unit it started.
+// tells Recovered of each unit it started; before each look it tells
+// Started of the starts a recovery noted in StartNotes.
 //
 // Its return tells a restart under way that the daemon is stopping: the
 // restart then queues its start and does not wait for the result.
@@ -350,8 +353,12 @@ func (r *Restarter) Run(ctx context.Context) error {
 	defer close(r.downChan())
 	t := time.NewTicker(DefaultRecoverInterval)
 	defer t.Stop()
-	var last string // the last error logged, logged again only when it changes
+	var last, lastNotes string // the last errors logged, logged again only when they change
 	for {
+		if err := r.takeStartNotes(); err != nil && err.Error() != lastNotes {
+			r.log().Warn("the kubelet starts a recovery noted could not all be read; removed them", "err", err)
+			lastNotes = err.Error()
+		}
 		rec, _ := ReadStopRecord(r.StopRecord) // for the log
 		got, err := r.Recover(ctx)
 		if ctx.Err() != nil {

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
@@ -124,7 +125,7 @@ func stopPathRestarter(t *testing.T) (*Restarter, *scriptedUnits) {
 		t.Fatal(err)
 	}
 	u := &scriptedUnits{t: t, checkpoint: v4Checkpoint(t), record: filepath.Join(dir, StopRecordFile),
-		state: systemd.UnitState{Unit: DefaultUnit, LoadState: "loaded", TimeoutStop: 90 * time.Second}}
+		state: systemd.UnitState{Unit: kubelet.DefaultUnit, LoadState: "loaded", TimeoutStop: 90 * time.Second}}
 	u.set("active", "running")
 	u.state.ActiveEnter = time.Now().Add(-time.Hour)
 	r := &Restarter{Systemd: u, CPUManagerCheckpoint: u.checkpoint,
@@ -232,7 +233,7 @@ func TestStopRecordDurable(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, StopRecordFile)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	want := StopRecord{Unit: DefaultUnit, At: at, BootID: "b0", PID: 42}
+	want := StopRecord{Unit: kubelet.DefaultUnit, At: at, BootID: "b0", PID: 42}
 	if err := writeStopRecord(path, want); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestStopRecordDurable(t *testing.T) {
 			t.Errorf("%s: read %+v", name, rec)
 		}
 	}
-	if err := removeStopRecord(path); err != nil {
+	if err := removeRecord(path); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadStopRecord(path); !errors.Is(err, os.ErrNotExist) {
@@ -317,7 +318,7 @@ func TestRecover(t *testing.T) {
 			at := time.Now().Add(-time.Second)
 			switch c.record {
 			case "":
-				if err := writeStopRecord(u.record, StopRecord{Unit: DefaultUnit, At: at, BootID: "b0", PID: 7}); err != nil {
+				if err := writeStopRecord(u.record, StopRecord{Unit: kubelet.DefaultUnit, At: at, BootID: "b0", PID: 7}); err != nil {
 					t.Fatal(err)
 				}
 			case "none":
@@ -338,9 +339,17 @@ func TestRecover(t *testing.T) {
 				r.mu.Lock()
 				defer r.mu.Unlock()
 			}
+			var told []time.Time
+			r.Started = func(at time.Time) { told = append(told, at) }
+			before := time.Now()
 			got, err := r.Recover(context.Background())
 			if got != c.want || !slices.Equal(u.calls, c.calls) {
 				t.Fatalf("Recover: %q, %v, calls %v; want %q, calls %v", got, err, u.calls, c.want, c.calls)
+			}
+			// Each start it makes is told, for the restart budget.
+			if started := c.want == RecoveryStarted; started != (len(told) == 1) || len(told) > 1 ||
+				(started && (told[0].Before(before) || told[0].After(time.Now()))) {
+				t.Errorf("starts told %v; want one, since %v, only when it started the unit", told, before)
 			}
 			if _, err := os.Stat(u.record); (err == nil) != c.kept {
 				t.Errorf("record kept: %v, want %v", err == nil, c.kept)
@@ -393,5 +402,63 @@ func TestStopPathDaemonStopping(t *testing.T) {
 	}
 	if _, err := os.Stat(u.record); err != nil {
 		t.Errorf("stop record gone with the start's result unknown: %v", err)
+	}
+}
+
+// TestRecoveryNotesItsStart: a recovery with no daemon to tell
+// (`node-resized kubelet-recover`, the daemon's ExecStopPost) notes each
+// start it makes, durably, beside the stop record; the daemon's Run tells
+// Started of each noted start at its first look and removes the notes.
+// Notes that cannot be read are removed, and tell nothing.
+func TestRecoveryNotesItsStart(t *testing.T) {
+	r, u := stopPathRestarter(t)
+	notes := filepath.Join(filepath.Dir(u.record), StartNotesFile)
+	r.StartNotes = notes
+	var starts []time.Time
+	for range 2 {
+		if err := writeStopRecord(u.record, StopRecord{Unit: kubelet.DefaultUnit, At: time.Now(), BootID: "b0", PID: 7}); err != nil {
+			t.Fatal(err)
+		}
+		u.set("inactive", "dead")
+		before := time.Now()
+		if got, err := r.Recover(context.Background()); got != RecoveryStarted || err != nil {
+			t.Fatalf("Recover: %q, %v; want it started", got, err)
+		}
+		noted, err := readStartNotes(notes)
+		if err != nil || len(noted) != len(starts)+1 || noted[len(noted)-1].Before(before) {
+			t.Fatalf("notes %v, %v; want %d, the last since %v", noted, err, len(starts)+1, before)
+		}
+		starts = noted
+		if fi, err := os.Stat(notes); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("notes: %v, %v", fi, err)
+		}
+	}
+
+	// The daemon starts: its Run counts them, once, and removes them.
+	var told []time.Time
+	r.Started = func(at time.Time) { told = append(told, at) }
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(told, starts, time.Time.Equal) {
+		t.Fatalf("told %v; want the noted starts %v", told, starts)
+	}
+	if _, err := os.Stat(notes); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("notes kept after they were counted: %v", err)
+	}
+
+	for _, bad := range []string{`{`, `{"starts":["0001-01-01T00:00:00Z"]}`, strings.Repeat(" ", maxStartNotesSize+1)} {
+		if err := os.WriteFile(notes, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		told = nil
+		if err := r.takeStartNotes(); err == nil || len(told) > 0 {
+			t.Errorf("notes %.20q: told %v, err %v; want an error and nothing told", bad, told, err)
+		}
+		if _, err := os.Stat(notes); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("notes %.20q kept: %v", bad, err)
+		}
 	}
 }

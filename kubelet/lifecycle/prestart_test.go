@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"bytes"
@@ -39,10 +39,10 @@ func newPrestartFixture(t *testing.T, online string, node1 uint64) *prestartFixt
 		hold: filepath.Join(dir, "state", HoldFile)}
 	os.Mkdir(filepath.Dir(f.hold), 0o755)
 	var err error
-	if f.cpu0, err = os.ReadFile(filepath.Join("checkpoint", "testdata", "cpu_manager_state", "v4")); err != nil {
+	if f.cpu0, err = os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "cpu_manager_state", "v4")); err != nil {
 		t.Fatal(err)
 	}
-	if f.mem0, err = os.ReadFile(filepath.Join("checkpoint", "testdata", "memory_manager_state", "v3")); err != nil {
+	if f.mem0, err = os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "memory_manager_state", "v3")); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(f.cpu, f.cpu0, 0o644)

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // (CPUs 0-12; pods hold 1-2 and 8-12) into a temporary directory.
 func v4Checkpoint(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "cpu_manager_state", "v4"))
+	b, err := os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "cpu_manager_state", "v4"))
 	path := filepath.Join(t.TempDir(), "cpu_manager_state")
 	if err == nil {
 		err = os.WriteFile(path, b, 0o644)

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"context"
@@ -75,7 +75,8 @@ func (r *Restarter) beginRestart() time.Time {
 // journal) the rewrite is rolled back: that file is restored from its
 // backup (only a usable backup is used), the pre-start hold written, and
 // the kubelet started again in one job (startAgain: never a stop, so no
-// window where node-resized leaves it stopped); the restart then ends with a *types.CheckpointRollback. A file
+// window where node-resized leaves it stopped); the restart then ends with a *types.CheckpointRollback, which
+// says when each start again was asked for (the restart budget counts them). A file
 // not rewritten by this restart is never restored, and each at most once.
 func (r *Restarter) afterStart(ctx context.Context, began time.Time, res systemd.JobResult, err error) (systemd.JobResult, error) {
 	if err != nil {
@@ -143,6 +144,7 @@ func (r *Restarter) afterStart(ctx context.Context, began time.Time, res systemd
 					}
 					return end()
 				}
+				report.Starts = append(report.Starts, time.Now())
 				res, err = r.startAgain(ctx, unit)
 				report.Result = string(res)
 				if err != nil {

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"encoding/json"
@@ -47,9 +47,9 @@ func writeStopRecord(path string, rec StopRecord) error {
 	return checkpoint.WriteFileAtomic(path, append(data, '\n'), 0o600)
 }
 
-// removeStopRecord removes the record at path durably; a missing one is
+// removeRecord removes the record at path durably; a missing one is
 // no error.
-func removeStopRecord(path string) error {
+func removeRecord(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", path, err)
 	}
@@ -73,19 +73,7 @@ func syncDir(dir string) error {
 // open never blocks, a FIFO included), at most 4 KiB, and name a unit
 // and a time.
 func ReadStopRecord(path string) (StopRecord, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return StopRecord{}, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return StopRecord{}, err
-	}
-	if !fi.Mode().IsRegular() {
-		return StopRecord{}, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
-	}
-	b, err := capped.Read(f, maxStopRecord)
+	b, err := readRecord(path, maxStopRecord)
 	if err != nil {
 		return StopRecord{}, err
 	}
@@ -97,6 +85,26 @@ func ReadStopRecord(path string) (StopRecord, error) {
 		return StopRecord{}, fmt.Errorf("%s: no unit or no time", path)
 	}
 	return rec, nil
+}
+
+// readRecord reads one of node-resized's records in its state directory
+// (the stop record, the start notes): a regular file (opened without
+// following a symlink and without blocking, a FIFO included) of at most
+// max bytes.
+func readRecord(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	return capped.Read(f, max)
 }
 
 // readBootID reads the kernel's boot id (/proc/sys/kernel/random/boot_id).

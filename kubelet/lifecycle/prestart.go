@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/internal/fault"
+	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
@@ -64,7 +65,7 @@ type Checkpoints struct {
 
 // NewCheckpoints returns the checkpoints under the kubelet's root
 // directory rootDir, planned with its configuration cfg.
-func NewCheckpoints(rootDir string, cfg *Config) (Checkpoints, error) {
+func NewCheckpoints(rootDir string, cfg *kubelet.Config) (Checkpoints, error) {
 	c := Checkpoints{
 		CPUManager:    filepath.Join(rootDir, "cpu_manager_state"),
 		MemoryManager: filepath.Join(rootDir, "memory_manager_state"),

@@ -1,4 +1,4 @@
-package kubelet
+package lifecycle
 
 import (
 	"context"
@@ -9,14 +9,11 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/internal/fault"
+	"github.com/node-resized/node-resized/kubelet"
 	"github.com/node-resized/node-resized/kubelet/checkpoint"
 	"github.com/node-resized/node-resized/systemd"
 	"github.com/node-resized/node-resized/topology"
 )
-
-// DefaultUnit is the kubelet's systemd unit on kubeadm and most
-// distributions.
-const DefaultUnit = "kubelet.service"
 
 // UnitControl is what Restarter needs of systemd: its unit's state and
 // jobs, each waited for. *systemd.Client satisfies it.
@@ -34,7 +31,7 @@ var _ UnitControl = (*systemd.Client)(nil)
 // policies accept them when it starts. Its fields are set before first use
 // and not changed afterwards; it is then safe for concurrent use.
 type Restarter struct {
-	// Unit is the kubelet's unit (DefaultUnit when empty) and Systemd the
+	// Unit is the kubelet's unit (kubelet.DefaultUnit when empty) and Systemd the
 	// client that restarts it.
 	Unit    string
 	Systemd UnitControl
@@ -63,6 +60,16 @@ type Restarter struct {
 	Machine    func() (*topology.Snapshot, error)
 	Recovered  func(rec StopRecord, err error)
 	Logger     *slog.Logger
+	// Started, when set, is told of each start of the kubelet Recover
+	// makes, and of each one a recovery with no one to tell noted in
+	// StartNotes (Run takes those notes at each pass, and removes them):
+	// the daemon counts them in its restart budget. When nil (`node-resized
+	// kubelet-recover`, which runs while the daemon does not), Recover
+	// notes each start it makes in StartNotes (StartNotesFile in the
+	// state directory; empty: nowhere). The start comes first; the call
+	// or the note follows and never holds it up.
+	Started    func(at time.Time)
+	StartNotes string
 	// StartWait bounds Recover's wait for its start job's result
 	// (a minute when 0); a start not done by then is queued all the same.
 	StartWait time.Duration
@@ -77,7 +84,7 @@ type Restarter struct {
 
 // NewRestarter returns a restarter for the kubelet whose configuration is
 // cfg and whose root directory is rootDir.
-func NewRestarter(sd UnitControl, unit, rootDir string, cfg *Config) (*Restarter, error) {
+func NewRestarter(sd UnitControl, unit, rootDir string, cfg *kubelet.Config) (*Restarter, error) {
 	c, err := NewCheckpoints(rootDir, cfg)
 	if err != nil {
 		return nil, err
@@ -101,7 +108,7 @@ func (r *Restarter) hasPrestart(ctx context.Context, unit string) bool {
 
 func (r *Restarter) unit() string {
 	if r.Unit == "" {
-		return DefaultUnit
+		return kubelet.DefaultUnit
 	}
 	return r.Unit
 }
@@ -119,7 +126,7 @@ func (r *Restarter) plan(snap *topology.Snapshot) (checkpointPlans, error) {
 func (r *Restarter) Check(snap *topology.Snapshot) error {
 	_, err := r.plan(snap)
 	if errors.Is(err, checkpoint.ErrUnknownLayout) {
-		return fmt.Errorf("%w (a kubelet newer than %s may write it): node-resized never rewrites such a file, so it leaves the kubelet as it is", err, KnownVersions)
+		return fmt.Errorf("%w (a kubelet newer than %s may write it): node-resized never rewrites such a file, so it leaves the kubelet as it is", err, kubelet.KnownVersions)
 	}
 	return err
 }
