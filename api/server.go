@@ -207,7 +207,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.info.Decisions != nil {
 		st.Kubernetes = kubernetesStatus(s.info)
-		st.Kubelet = s.info.Decisions.Status().Kubelet // nil while it knows nothing of the kubelet
+		ds := s.info.Decisions.Status()
+		st.Kubelet = ds.Kubelet // nil while it knows nothing of the kubelet
+		st.Release = ds.Release // nil while none is allowed or held
 	}
 	if s.info.Enforcement != nil {
 		if b, err := json.Marshal(s.info.Enforcement.Status()); err == nil {

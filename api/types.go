@@ -40,7 +40,15 @@ type Status struct {
 	// Kubelet is what the daemon knows of the running kubelet: its unit,
 	// its view of the machine, whether that is stale, and its restarts.
 	Kubelet *KubeletStatus `json:"kubelet,omitempty"`
+	// Release is the planned release: whether the node allows it (the
+	// daemon's --release), what is under way, and what node-resized holds
+	// offline with what of it is safe to unplug; nil while none is
+	// allowed and nothing is held released.
+	Release *ReleaseStatus `json:"release,omitempty"`
 }
+
+// ReleaseStatus is the planned release's state.
+type ReleaseStatus = agent.ReleaseStatus
 
 // KubeletStatus is the running kubelet as the daemon sees it: its unit,
 // its view of the machine, whether that view is stale, and its restarts.

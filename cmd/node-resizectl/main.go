@@ -270,6 +270,9 @@ func status(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 			fmt.Fprintf(tw, "Clamp:\tNOT LANDED, retrying: %s\n", k.LimitsFailed)
 		}
 	}
+	if r := st.Release; r != nil {
+		printRelease(tw, r)
+	}
 	if k := st.Kubelet; k != nil {
 		printKubelet(tw, k, st.Now)
 	}
@@ -676,4 +679,32 @@ func seqnums(s monitor.Seqnums) string {
 		more = "+"
 	}
 	return fmt.Sprintf("%d…%d%s (%d in %d%s ranges)", first, last, more, s.Count, len(s.Ranges), more)
+}
+
+// printRelease writes the planned release's lines: what is under way, what
+// is held offline and what of it the hypervisor may remove.
+func printRelease(tw io.Writer, r *api.ReleaseStatus) {
+	state := "allowed (--release)"
+	switch {
+	case !r.Allowed:
+		state = "not allowed (no --release); what an earlier release took offline is still held"
+	case r.Releasing:
+		state += ", releasing"
+	case r.GivingBack:
+		state += ", giving back"
+	}
+	fmt.Fprintf(tw, "Planned release:\t%s\n", state)
+	if s := r.Summary(); s != "" {
+		fmt.Fprintf(tw, "Released:\t%s\n", s)
+	}
+	for _, d := range r.Devices {
+		verdict := "not yet safe to unplug"
+		if d.SafeToUnplug {
+			verdict = "SAFE TO UNPLUG"
+		}
+		fmt.Fprintf(tw, "  %s:\t[%#x-%#x) %s, %d/%d blocks offline: %s\n", d.ID, d.Start, d.End, resources.Format(resources.Memory, d.Size), d.Offline, d.Blocks, verdict)
+	}
+	if r.Short != "" {
+		fmt.Fprintf(tw, "Not released:\t%s\n", r.Short)
+	}
 }

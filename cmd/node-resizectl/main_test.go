@@ -68,3 +68,23 @@ func TestPrintKubeletBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintRelease: the status names what is released and, per memory
+// device, whether it is safe to unplug, and what could not be released.
+func TestPrintRelease(t *testing.T) {
+	var b strings.Builder
+	printRelease(&b, &api.ReleaseStatus{Allowed: true, Short: "memory: 128Mi more to take offline, but block 20 would not go offline",
+		Released: types.Released{CPUs: []int{2, 3}, Blocks: []int{16, 17, 18, 19, 24}, Devices: []types.ReleasedDevice{
+			{ID: "PNP0C80:00", Start: 0x100000000, End: 0x120000000, Size: 512 << 20, Offline: 4, Blocks: 4, SafeToUnplug: true},
+			{ID: "PNP0C80:01", Start: 0x120000000, End: 0x140000000, Size: 512 << 20, Offline: 1, Blocks: 4},
+		}}})
+	out := b.String()
+	for _, want := range []string{"Planned release:\tallowed (--release)", "Released:\tcpus 2-3; memory PNP0C80:00",
+		"PNP0C80:00:\t[0x100000000-0x120000000) 512Mi, 4/4 blocks offline: SAFE TO UNPLUG",
+		"PNP0C80:01:\t[0x120000000-0x140000000) 512Mi, 1/4 blocks offline: not yet safe to unplug",
+		"Not released:\tmemory: 128Mi more"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
