@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/internal/fault"
 	"github.com/node-resized/node-resized/internal/statefile"
 	"github.com/node-resized/node-resized/release"
 	"github.com/node-resized/node-resized/resources"
@@ -324,8 +325,15 @@ func (r *Releaser) release(ctx context.Context, x decide.Release) string {
 			if held != "" {
 				parts = append(parts, held)
 			}
-			if s := plan.String(); s != "" {
-				parts = append(append(parts, s), failed...)
+			var short []string
+			for _, sf := range plan.Shortfalls {
+				short = append(short, sf.String())
+			}
+			if len(short) > 0 {
+				parts = append(append(parts, short...), failed...)
+			}
+			for _, note := range plan.Notes {
+				r.log.Info("planned release", "note", note)
 			}
 			return joinShort(parts)
 		}
@@ -378,6 +386,11 @@ func (r *Releaser) offline(ctx context.Context, cpu, block int) error {
 	}
 	if err == nil {
 		r.log.Info("released", "cpu_id", cpu, "block", block, "took", time.Since(start).Round(time.Millisecond))
+		if block >= 0 {
+			// A kill here is one between two block offlines: the record
+			// names this block, the next is not written yet.
+			fault.Point("release-block-offlined")
+		}
 		return nil
 	}
 	w.Holds().Release(cpus, blocks)
