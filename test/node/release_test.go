@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// releaseKubeletConfig is the static CPU manager (CPU 0 reserved) with
+// installedKubeletConfig's larger systemReserved, so that a memory hog
+// that fits only with a DIMM still fits in the guest without it.
+var releaseKubeletConfig = installedKubeletConfig + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
 
 // releaseQuiet is how long, once the released machine is Accepted, the
 // daemon must write nothing to the Node: twelve of the kubelet's 10 s
@@ -32,9 +39,15 @@ const releaseQuiet = 2 * time.Minute
 func TestPlannedRelease(t *testing.T) {
 	t.Parallel()
 	needRuntime(t)
-	s := relayNodeConfig(t, Config{KubeletConfig: staticCPUKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir},
+	bin := buildFaultDaemon(t) // e kills the daemon between two block offlines
+	s := relayNodeConfig(t, Config{KubeletConfig: releaseKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir},
 		"--auto-online --release "+relayPolicy)
 	n, cs := s.n, s.admin
+	guestSh(t, n, "cp '"+bin+"' /usr/bin/node-resized.new && mv -f /usr/bin/node-resized.new /usr/bin/node-resized && systemctl restart node-resized")
+	waitNode(t, cs, n.Name(), "Accepted by the fault-injecting build", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+	})
 	ctx := context.Background()
 	defer func() {
 		for _, l := range s.timings {
@@ -201,6 +214,286 @@ func TestPlannedRelease(t *testing.T) {
 			t.Errorf("node-resized evicted %d pod(s)", len(ev))
 		}
 		t.Logf("after device_del: %s", describeNode(nd))
+	})
+	if t.Failed() {
+		return
+	}
+	s.releaseMemory(t, excl)
+}
+
+// releaseMemory runs the memory scenarios of TestPlannedRelease on its
+// node, in order:
+//
+// b-dimm: a DIMM hot-added (onlined movable) and adopted; a Burstable pod
+// whose container touches memory that fits only with the DIMM; the
+// configured memory at the boot size with release: the pod is evicted
+// first (the kubelet's memory-pressure order: its working set is above its
+// request), then every block of the DIMM goes offline, the status names
+// the DIMM safe to unplug, the kubelet is restarted onto the boot memory,
+// and device_del ends in DEVICE_DELETED with no guest error.
+//
+// e-kill-between-block-offlines: the request held, a second DIMM
+// hot-added, and node-resized killed (SIGKILL, the faultinject build)
+// right after the release's first block offline: systemd starts it again,
+// it resumes from its record, and the release ends where one run ends:
+// every block of the DIMM offline, the machine at the boot memory.
+//
+// f-not-enough-movable: a request 512Mi below the boot memory: nothing
+// movable is left online (the boot memory is in zone Normal), so the
+// release falls short at once: Accepted at the target, the condition says
+// what could not be released, the kubelet is not restarted (it would
+// publish the larger machine), as a configured capacity below the hardware
+// is without release.
+//
+// d-give-back: the configured capacity removed: the second DIMM's blocks,
+// still present, come back online, and the kubelet is restarted onto them;
+// the released CPUs and the first DIMM, which the hypervisor removed, are
+// simply gone.
+func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod) {
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("default")
+	mem0 := memTotal(t, n)
+	blockSize, err := strconv.ParseInt(guestSh(t, n, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
+	if err != nil || blockSize <= 0 {
+		t.Fatalf("block_size_bytes: %v", err)
+	}
+	resize := func(t *testing.T, args string) (string, time.Duration) {
+		t.Helper()
+		r0 := time.Now()
+		out, err := n.Run(ctx, "node-resizectl resize "+args+" --wait --timeout 10m 2>&1")
+		took := time.Since(r0)
+		t.Logf("node-resizectl resize %s (%v):\n%s", args, took.Round(time.Millisecond), out)
+		if err != nil {
+			t.Fatalf("resize %s: %v\n%s", args, err, journalTail(t, n, 40))
+		}
+		return out, took
+	}
+	releasedBlocks := func(since time.Time) []JournalEntry {
+		var out []JournalEntry
+		for _, e := range daemonLog(t, n, "released", since) {
+			if e.str("BLOCK") != "-1" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	offlineBlocks := func() int {
+		k, _ := strconv.Atoi(guestSh(t, n, "grep -l offline /sys/devices/system/memory/memory*/state | wc -l"))
+		return k
+	}
+
+	ok := t.Run("b-dimm", func(t *testing.T) {
+		want := mem0 + installedDIMM
+		var dimm string
+		s.relayUpscale(t, "b DIMM hot-add", func(ctx context.Context) error {
+			var err error
+			dimm, err = hotAddDIMM(ctx, t, n, 0, want)
+			return err
+		}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), 10*time.Second)
+		// The hog: above the allocatable without the DIMM, below
+		// kubepods' limit without it.
+		allocAfter := mem0 - installedReserved - evictionHardMemory
+		clampTo := mem0 - installedReserved
+		target := (allocAfter + clampTo) / 2
+		hog := busyboxPod("hog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
+			corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
+		hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		hog = waitPodRunning(t, ctx, cs, hog)
+		hogID := containerID(t, n, hog)
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+			logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
+			if strings.Contains(logs, "holding") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
+			}
+		}
+		t.Logf("the hog holds %s: above the allocatable without the DIMM (%s), below kubepods' limit without it (%s)", mibs(target), mibs(allocAfter), mibs(clampTo))
+
+		mark := guestNow(t, n)
+		off := time.Until(mark)
+		out, took := resize(t, fmt.Sprintf("--memory %d --release", mem0))
+		if !strings.Contains(out, "8/8 blocks offline, safe to unplug") {
+			t.Errorf("resize --wait did not name the DIMM safe to unplug")
+		}
+		evicted := daemonLog(t, n, "evicted pod", mark)
+		blocks := releasedBlocks(mark)
+		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, time.Second)
+		for _, e := range append(append(evicted, blocks...), restarted...) {
+			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+		}
+		if len(evicted) != 1 || !strings.Contains(evicted[0].str("POD"), "default/hog") {
+			t.Fatalf("evicted %d pod(s), want only default/hog", len(evicted))
+		}
+		if len(blocks) != int(installedDIMM/blockSize) {
+			t.Fatalf("%d blocks released, want the DIMM's %d", len(blocks), installedDIMM/blockSize)
+		}
+		if !evicted[0].Time().Before(blocks[0].Time()) || !blocks[len(blocks)-1].Time().Before(restarted[0].Time()) {
+			t.Errorf("order: eviction %s, blocks offline %s to %s, kubelet restarted %s; want in that order", evicted[0].Time().Format("15:04:05.000"),
+				blocks[0].Time().Format("15:04:05.000"), blocks[len(blocks)-1].Time().Format("15:04:05.000"), restarted[0].Time().Format("15:04:05.000"))
+		}
+		if got := memTotal(t, n); got != mem0 {
+			t.Errorf("MemTotal %s after the release, want the boot memory %s", mibs(got), mibs(mem0))
+		}
+		st := daemonStatus(t, n)
+		if r := st.Release; r == nil || len(r.Devices) != 1 || !r.Devices[0].SafeToUnplug || r.Devices[0].Offline != len(blocks) {
+			t.Errorf("the status's release: %+v", r)
+		} else {
+			t.Logf("status: %s", r.Summary())
+		}
+		nd := waitNode(t, cs, n.Name(), "Accepted at the boot memory by the restarted kubelet", time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Memory().Value() == mem0
+		})
+		t.Logf("after the release: %s", describeNode(nd))
+		for _, e := range nodeEvents(t, s, mark.Add(-off)) {
+			t.Logf("event %s %s %s/%s: %s", e.Type, e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Note)
+			if e.Type == corev1.EventTypeWarning {
+				t.Errorf("Warning event %s: %s", e.Reason, e.Note)
+			}
+		}
+		u0 := time.Now()
+		if err := n.DeviceDel(ctx, dimm); err != nil {
+			t.Fatalf("device_del of the released DIMM: %v", err)
+		}
+		unplug := time.Since(u0)
+		s.timing("b release of a DIMM under a hog: resize --wait %v; eviction->first block offline %v, %d blocks offline in %v, ->kubelet restarted %v; device_del->DEVICE_DELETED %v",
+			took.Round(time.Millisecond), blocks[0].Time().Sub(evicted[0].Time()).Round(time.Millisecond), len(blocks),
+			blocks[len(blocks)-1].Time().Sub(blocks[0].Time()).Round(time.Millisecond), restarted[0].Time().Sub(blocks[len(blocks)-1].Time()).Round(time.Millisecond),
+			unplug.Round(time.Millisecond))
+		time.Sleep(5 * time.Second)
+		if got := memTotal(t, n); got != mem0 {
+			t.Errorf("MemTotal %s after device_del, want %s", mibs(got), mibs(mem0))
+		}
+		if p, err := pods.Get(ctx, excl.Name, metav1.GetOptions{}); err != nil || p.UID != excl.UID || p.DeletionTimestamp != nil {
+			t.Errorf("the Guaranteed pod after the DIMM's release: %v", err)
+		}
+	})
+	if !ok {
+		return
+	}
+
+	ok = t.Run("e-kill-between-block-offlines", func(t *testing.T) {
+		guestSh(t, n, `rm -f /var/lib/node-resized/fault-* && sed -i '/^NODE_RESIZED_FAULT=/d' /etc/default/node-resized && echo 'NODE_RESIZED_FAULT=release-block-offlined=kill' >>/etc/default/node-resized && systemctl restart node-resized`)
+		waitNode(t, cs, n.Name(), "Accepted before the fault", time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+		})
+		restarts0 := guestSh(t, n, "systemctl show node-resized -p NRestarts --value")
+		kubelet0 := kubeletPID(t, n)
+		mark := guestNow(t, n)
+		if _, err := n.HotAddDIMM(ctx, installedDIMM, 0); err != nil {
+			t.Fatal(err)
+		}
+		// The request (the boot memory, with release) holds: the DIMM's
+		// blocks, onlined by --auto-online, are released again, across
+		// the kill.
+		var blocks []JournalEntry
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+			blocks = releasedBlocks(mark)
+			if len(blocks) >= int(installedDIMM/blockSize) && memTotal(t, n) == mem0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d blocks released, MemTotal %s, 3 min after the DIMM: want its %d blocks and %s\n%s", len(blocks), mibs(memTotal(t, n)),
+					installedDIMM/blockSize, mibs(mem0), journalTail(t, n, 40))
+			}
+		}
+		if _, err := n.Run(ctx, "test -e /var/lib/node-resized/fault-release-block-offlined"); err != nil {
+			t.Fatalf("the fault never fired")
+		}
+		restarts1 := guestSh(t, n, "systemctl show node-resized -p NRestarts --value")
+		resumed := daemonLog(t, n, "resumed the record of the planned release", mark)
+		for _, e := range append(resumed, blocks...) {
+			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+		}
+		if restarts1 == restarts0 || len(resumed) == 0 {
+			t.Errorf("node-resized restarts %s -> %s, %d resumptions: want the kill and a resumption", restarts0, restarts1, len(resumed))
+		}
+		if len(resumed) > 0 && !(blocks[0].Time().Before(resumed[0].Time()) && resumed[0].Time().Before(blocks[len(blocks)-1].Time())) {
+			t.Errorf("the resumption at %s is not between the first and the last block offline", resumed[0].Time().Format("15:04:05.000"))
+		}
+		nd := waitNode(t, cs, n.Name(), "Accepted at the boot memory after the kill", 2*time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Memory().Value() == mem0
+		})
+		t.Logf("after the kill and the resumption: %s", describeNode(nd))
+		if r := daemonStatus(t, n).Release; r == nil || len(r.Devices) != 1 || !r.Devices[0].SafeToUnplug {
+			t.Errorf("the status's release after the resumption: %+v", r)
+		}
+		if st := guestSh(t, n, "systemctl show kubelet -p ActiveState --value"); st != "active" || kubeletPID(t, n) == "0" {
+			t.Errorf("kubelet.service %s after the kill", st)
+		}
+		s.timing("e kill between two block offlines: first block %s, resumed %s, last block %s; node-resized restarts %s -> %s; kubelet %s -> %s",
+			blocks[0].Time().Format("15:04:05.000"), func() string {
+				if len(resumed) > 0 {
+					return resumed[0].Time().Format("15:04:05.000")
+				}
+				return "never"
+			}(), blocks[len(blocks)-1].Time().Format("15:04:05.000"), restarts0, restarts1, kubelet0, kubeletPID(t, n))
+		guestSh(t, n, `sed -i '/^NODE_RESIZED_FAULT=/d' /etc/default/node-resized`)
+	})
+	if !ok {
+		return
+	}
+
+	ok = t.Run("f-not-enough-movable", func(t *testing.T) {
+		kubelet0 := kubeletPID(t, n)
+		mark := guestNow(t, n)
+		out, _ := resize(t, fmt.Sprintf("--memory %d --release", mem0-512<<20))
+		if !strings.Contains(out, "release incomplete: memory: 512Mi more to take offline") {
+			t.Errorf("resize --wait did not say what could not be released")
+		}
+		nd, err := cs.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := capacityCondition(nd)
+		t.Logf("short: %s", describeNode(nd))
+		if c == nil || c.Reason != "Accepted" || !strings.Contains(c.Message, "zone Normal") {
+			t.Errorf("condition %+v: want Accepted, naming the kernel zone that holds the rest", c)
+		}
+		if got := memTotal(t, n); got != mem0 {
+			t.Errorf("MemTotal %s, want %s: nothing more could go", mibs(got), mibs(mem0))
+		}
+		if rs := daemonLog(t, n, "kubelet restarted", mark); len(rs) > 0 || kubeletPID(t, n) != kubelet0 {
+			t.Errorf("the kubelet was restarted onto a machine that is not the target")
+		}
+	})
+	if !ok {
+		return
+	}
+
+	t.Run("d-give-back", func(t *testing.T) {
+		mark := guestNow(t, n)
+		before := offlineBlocks()
+		resize(t, "--clear")
+		want := mem0 + installedDIMM
+		nd := waitNode(t, cs, n.Name(), "Accepted at the hardware given back", 2*time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Memory().Value() == want
+		})
+		t.Logf("given back: %s", describeNode(nd))
+		if got := memTotal(t, n); got != want {
+			t.Errorf("MemTotal %s after the give back, want %s", mibs(got), mibs(want))
+		}
+		if after := offlineBlocks(); after != before-int(installedDIMM/blockSize) {
+			t.Errorf("%d offline blocks after the give back, %d before: want the DIMM's %d back online", after, before, installedDIMM/blockSize)
+		}
+		if on := guestSh(t, n, "cat /sys/devices/system/cpu/online"); on != "0-1" {
+			t.Errorf("online CPUs %s: the released CPUs were unplugged", on)
+		}
+		if rs := waitDaemonLog(t, n, "kubelet restarted", mark, time.Minute); len(rs) != 1 {
+			t.Errorf("%d kubelet restarts for the give back, want 1", len(rs))
+		}
+		if r := daemonStatus(t, n).Release; r != nil && !r.Released.Empty() {
+			t.Errorf("still released after the give back: %+v", r)
+		}
 	})
 }
 
