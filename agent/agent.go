@@ -90,6 +90,12 @@ type Releaser interface {
 	// GiveBack brings back online what it released and is still present,
 	// and only that; it returns at once and reports as Release does.
 	GiveBack(ctx context.Context, x decide.GiveBack, report func(types.ReleaseReport))
+	// StaysOnline says which of snap's online CPUs a release to target
+	// (cpu) would leave online: the evictions before a release take it
+	// for the CPUs online, so that a pod whose exclusive CPU the release
+	// must take is evicted first and never silently loses it. nil when
+	// it cannot tell (then the CPUs online now are used).
+	StaysOnline(snap *topology.Snapshot, target resources.List) []int
 	// Released says what it holds released on the machine snap. It
 	// reads no file but the ones snap leaves out, and is cheap to call
 	// on every pass.
@@ -658,7 +664,7 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) ca
 				"capacity", x.Capacity.String(), "generation", x.Generation)
 			limits(a.enforce(ctx, cgroup.Request{Kind: cgroup.KindReassert, Generation: x.Generation, Limits: x.Limits}, p))
 		case decide.Evict:
-			c.again = a.evict(ctx, x, p.snap) || c.again
+			c.again = a.evict(ctx, x, a.evictOnline(x, p)) || c.again
 		case decide.RestartKubelet:
 			a.restart(ctx, x, d.Next.RestartAt, p.snap)
 		case decide.Release:
@@ -844,7 +850,21 @@ func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) erro
 
 // evict starts an eviction pass; without an evictor it counts the pass as
 // done at once and asks for another decision.
-func (a *Agent) evict(ctx context.Context, x decide.Evict, snap *topology.Snapshot) (again bool) {
+// evictOnline is the CPUs an eviction takes for online: those online now,
+// or, for a shrink whose request asks for a release the node allows, those
+// the release will leave online.
+func (a *Agent) evictOnline(x decide.Evict, p passInput) []int {
+	online := onlineCPUs(p.snap)
+	if a.cfg.Releaser == nil || !p.in.Release.Allowed || !p.in.Configured.Present || !p.in.Configured.Release || p.snap == nil {
+		return online
+	}
+	if stay := a.cfg.Releaser.StaysOnline(p.snap, x.Capacity); stay != nil {
+		return stay
+	}
+	return online
+}
+
+func (a *Agent) evict(ctx context.Context, x decide.Evict, online []int) (again bool) {
 	if a.cfg.Evictor == nil {
 		a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
 		a.mu.Lock()
@@ -852,7 +872,7 @@ func (a *Agent) evict(ctx context.Context, x decide.Evict, snap *topology.Snapsh
 		a.mu.Unlock()
 		return true
 	}
-	a.cfg.Evictor.Start(ctx, x, onlineCPUs(snap), a.ReportEviction)
+	a.cfg.Evictor.Start(ctx, x, online, a.ReportEviction)
 	return false
 }
 

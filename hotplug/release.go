@@ -21,6 +21,13 @@ import (
 	"github.com/node-resized/node-resized/types"
 )
 
+// How long a release waits for the kubelet to free the exclusive CPUs of
+// a pod evicted before it, and how often it looks.
+const (
+	exclusiveWait = time.Minute
+	exclusivePoll = 2 * time.Second
+)
+
 // RecordFile is the Releaser's record of what it took offline, beside the
 // daemon's state file (/var/lib/node-resized/released.json).
 const RecordFile = "released.json"
@@ -285,6 +292,7 @@ func (r *Releaser) release(ctx context.Context, x decide.Release) string {
 	}
 	var skip release.Set
 	var failed []string
+	var waitFor time.Time // until when a CPU a pod held is waited for
 	for ctx.Err() == nil {
 		snap, hp, err := r.read()
 		if err != nil {
@@ -306,6 +314,20 @@ func (r *Releaser) release(ctx context.Context, x decide.Release) string {
 		plan := release.Choose(release.Input{Machine: snap, Hotplug: hp, TargetCPUs: targetCPUs, TargetMemory: targetMem,
 			ReservedCPUs: r.cfg.ReservedCPUs, Exclusive: excl, Skip: skip, Released: rel})
 		cpu, block, held := nextStep(plan)
+		if held != "" && cpu < 0 && block < 0 {
+			// The pod that holds it was evicted before the release;
+			// the kubelet frees its CPUs as its container goes.
+			if waitFor.IsZero() {
+				waitFor = time.Now().Add(exclusiveWait)
+			}
+			if time.Now().Before(waitFor) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(exclusivePoll):
+				}
+				continue
+			}
+		}
 		switch {
 		case cpu >= 0:
 			if err := r.offline(ctx, cpu, -1); err != nil {
@@ -464,6 +486,41 @@ func (r *Releaser) giveBack(ctx context.Context) string {
 		online(-1, b.ID)
 	}
 	return joinShort(failed)
+}
+
+// StaysOnline says which of snap's online CPUs a release to target's cpu
+// would leave online, with the exclusive assignments as the kubelet's
+// checkpoint has them now: a CPU a pod holds is chosen only where the
+// target leaves no other, and the evictions before the release then evict
+// that pod (its exclusive CPU is not among those that stay). nil when the
+// machine or the assignments cannot be read, or the target names no cpu.
+func (r *Releaser) StaysOnline(snap *topology.Snapshot, target resources.List) []int {
+	v, ok := target[resources.CPU]
+	if !ok || snap == nil {
+		return nil
+	}
+	hp, err := r.cfg.FS.Hotplug()
+	if err != nil {
+		return nil
+	}
+	var excl map[int]string
+	if r.cfg.Exclusive != nil {
+		if excl, err = r.cfg.Exclusive(); err != nil {
+			return nil
+		}
+	}
+	plan := release.Choose(release.Input{Machine: snap, Hotplug: hp, TargetCPUs: int(v / 1000), ReservedCPUs: r.cfg.ReservedCPUs, Exclusive: excl})
+	gone := map[int]bool{}
+	for _, c := range plan.CPUs {
+		gone[c.ID] = true
+	}
+	stay := []int{}
+	for _, c := range snap.CPUs.Online {
+		if !gone[c] {
+			stay = append(stay, c)
+		}
+	}
+	return stay
 }
 
 // Released says what the record holds released on the machine snap: the

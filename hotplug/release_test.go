@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -301,5 +302,37 @@ func TestReleaseRecordRefused(t *testing.T) {
 				t.Errorf("held %v %v from a refused record", c, b)
 			}
 		})
+	}
+}
+
+// The evictions before a release take the CPUs the release leaves online:
+// a pod's exclusive CPU is kept while the target allows, and where it does
+// not, it is not among those that stay (so its pod is evicted first).
+func TestStaysOnline(t *testing.T) {
+	tree, fsys := releaseMachine(t)
+	k := &kernel{t: t, tree: tree}
+	r, err := NewReleaser(ReleaserConfig{FS: fsys, Writer: k,
+		Exclusive: func() (map[int]string, error) { return map[int]string{3: "pod-a"}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cpu  int64
+		want string
+	}{
+		{4000, "[0 1 2 3]"},
+		{2000, "[0 3]"}, // 2 and 1 go, the exclusive 3 stays
+		{1000, "[0]"},   // 3 must go too: its pod is evicted first
+	} {
+		if got := fmt.Sprint(r.StaysOnline(snap, resources.List{resources.CPU: tc.cpu})); got != tc.want {
+			t.Errorf("cpu %d: stays %s, want %s", tc.cpu, got, tc.want)
+		}
+	}
+	if got := r.StaysOnline(snap, resources.List{resources.Memory: 1 << 30}); got != nil {
+		t.Errorf("no cpu target: %v, want nil (the CPUs online now)", got)
 	}
 }
