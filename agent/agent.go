@@ -261,6 +261,9 @@ type Agent struct {
 	starts   []time.Time
 	restarts sync.WaitGroup
 	release  types.ReleaseReport // the releaser's last report
+	// unplugSeries are the devices node_resized_memory_device_safe_to_unplug
+	// has a series for.
+	unplugSeries []string
 	// Output.
 	state  decide.State
 	status Status
@@ -284,6 +287,7 @@ func New(cfg Config, relay Relay) *Agent {
 		cfg.KubeletUnit = "kubelet.service"
 	}
 	a := &Agent{cfg: cfg, clock: cfg.Clock, relay: relay, log: cfg.Logger, m: cfg.Metrics, wake: make(chan struct{}, 1)}
+	a.m.ReleaseAllowed.Set(bool01(cfg.Release && cfg.Releaser != nil))
 	if cfg.StatePath != "" {
 		removed, err := RemoveStaleTemps(cfg.StatePath)
 		if len(removed) > 0 {
@@ -961,6 +965,7 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 		a.status.Release = &ReleaseStatus{Allowed: r.Allowed, Releasing: d.Next.Releasing, GivingBack: d.Next.GivingBack,
 			Short: d.Next.ReleaseShort, Released: p.released}
 	}
+	a.exportRelease(p, d)
 	if v := a.kubelet; v != nil {
 		a.status.Kubelet = &KubeletStatus{KubeletView: *v, Restart: a.cfg.KubeletRestart, RestartBlocked: p.in.Kubelet.RestartBlocked,
 			Restarting: a.restarting, LastRestart: a.lastRestart,
@@ -983,6 +988,63 @@ func (a *Agent) record(p passInput, d decide.Decision, published bool) {
 		a.log.Info("decided", "condition", string(d.Condition.Reason), "message", d.Condition.Message,
 			"target", d.Target.String(), "actions", len(d.Actions))
 	}
+}
+
+// exportRelease sets the planned release's metrics from a pass: whether
+// the node allows it, whether one runs, what is held released and which
+// memory devices are safe to unplug (a device with no released block left
+// loses its series), and counts a release that ended with this pass. a.mu
+// is held.
+func (a *Agent) exportRelease(p passInput, d decide.Decision) {
+	a.m.ReleaseAllowed.Set(bool01(p.in.Release.Allowed))
+	a.m.ReleaseInProgress.Set(bool01(d.Next.Releasing || d.Next.GivingBack))
+	a.m.ReleasedCPUs.Set(float64(len(p.released.CPUs)))
+	a.m.ReleasedMemoryBytes.Set(float64(int64(len(p.released.Blocks)) * p.in.Release.BlockSize))
+	var devices []string
+	for _, dev := range p.released.Devices {
+		a.m.MemoryDeviceSafeToUnplug.WithLabelValues(dev.ID).Set(bool01(dev.SafeToUnplug))
+		devices = append(devices, dev.ID)
+	}
+	for _, id := range a.unplugSeries {
+		if !slices.Contains(devices, id) {
+			a.m.MemoryDeviceSafeToUnplug.DeleteLabelValues(id)
+		}
+	}
+	a.unplugSeries = devices
+	// A release ends when its generation stops releasing: with its
+	// CapacityReleased event when it went as far as it could, without
+	// one when the request changed under it.
+	prev := p.in.Previous
+	if !prev.Releasing || (d.Next.Releasing && d.Next.ReleaseGeneration == prev.ReleaseGeneration) {
+		return
+	}
+	result := "stopped"
+	if releasedEvent(d.Actions) {
+		result = "done"
+		if d.Next.ReleaseShort != "" {
+			result = "short"
+		}
+	}
+	a.m.Releases.WithLabelValues(result).Inc()
+}
+
+// releasedEvent reports whether the actions carry the CapacityReleased
+// event of a release that ended.
+func releasedEvent(actions []decide.Action) bool {
+	for _, act := range actions {
+		if e, ok := act.(decide.EmitEvent); ok && e.Reason == types.EventCapacityReleased {
+			return true
+		}
+	}
+	return false
+}
+
+// bool01 is a gauge's 1 for true, 0 for false.
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // exportCondition sets node_resized_capacity_condition: 1 for reason, 0

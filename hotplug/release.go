@@ -554,15 +554,26 @@ func (r *Releaser) Released(snap *topology.Snapshot) types.Released {
 			out.Blocks = append(out.Blocks, id)
 		}
 	}
+	ours := map[string]bool{} // the devices with a block the record names
+	if hp != nil {
+		for _, d := range hp.MemoryDevices {
+			for _, b := range d.Blocks {
+				if slices.Contains(r.rec.Blocks, b) {
+					ours[d.ID] = true
+					break
+				}
+			}
+		}
+	}
 	for _, d := range u.MemoryDevices {
-		if d.BlocksOffline == 0 {
+		if d.BlocksOffline == 0 || !ours[d.ID] {
 			continue
 		}
 		out.Devices = append(out.Devices, types.ReleasedDevice{ID: d.ID, Start: d.Start, End: d.End, Size: int64(d.Size),
 			Offline: d.BlocksOffline, Blocks: d.Blocks, SafeToUnplug: d.SafeToUnplug})
 	}
 	for _, v := range u.VirtioMem {
-		out.Devices = append(out.Devices, types.ReleasedDevice{ID: "virtio_mem " + v.Name, Size: int64(v.ReleasedBytes),
+		out.Devices = append(out.Devices, types.ReleasedDevice{ID: "virtio_mem:" + v.Name, Size: int64(v.ReleasedBytes),
 			Offline: len(v.Blocks), Blocks: len(v.Blocks), SafeToUnplug: true})
 	}
 	r.cachedSnap, r.cached = snap, out

@@ -188,13 +188,15 @@ func TestDashboardUsesRegisteredMetrics(t *testing.T) {
 	}
 	// What the dashboard is for: capacity and allocatable over time,
 	// changes and their causes, detection and clamp latency, the
-	// kubelet's staleness and restarts, lost events, the condition.
+	// kubelet's staleness and restarts, lost events, the condition, and
+	// what a planned release holds offline and may be unplugged.
 	for _, want := range []string{
 		"node_resized_physical_capacity", "node_resized_target_capacity", "node_resized_allocatable",
 		"node_resized_resize_requests_total", "node_resized_model_changes_total",
 		"node_resized_detection_latency_seconds_bucket", "node_resized_clamp_latency_seconds_bucket",
 		"node_resized_kubelet_stale", "node_resized_kubelet_restarts_total",
 		"node_resized_uevents_dropped_total", "node_resized_capacity_condition",
+		"node_resized_released_cpus", "node_resized_released_memory_bytes", "node_resized_memory_device_safe_to_unplug",
 	} {
 		if !used[want] {
 			t.Errorf("no panel of %s shows %s", dashboardFile, want)

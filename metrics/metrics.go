@@ -46,6 +46,13 @@ var HotplugBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 // and gone (the device was not there).
 var HotplugResults = []string{"ok", "error", "timeout", "interrupted", "refused", "gone"}
 
+// ReleaseResults are the values of node_resized_releases_total's result
+// label: done (the target was reached), short (the release went as far as
+// it could and said what did not go) and stopped (the request changed or
+// went while it ran; what it took offline is given back or released again
+// as the new request says).
+var ReleaseResults = []string{"done", "short", "stopped"}
+
 // Metrics holds every metric of the daemon. It is safe for concurrent use:
 // the Prometheus types are.
 type Metrics struct {
@@ -139,6 +146,28 @@ type Metrics struct {
 	// KubepodsLimitsFailing is 1 while the last write of the kubepods
 	// limits for the applied target failed (it is retried).
 	KubepodsLimitsFailing prometheus.Gauge
+
+	// ReleaseAllowed is 1 when the node allows planned releases
+	// (--release, with a releaser to carry them out).
+	ReleaseAllowed prometheus.Gauge
+	// ReleaseInProgress is 1 while a planned release or its give back
+	// runs.
+	ReleaseInProgress prometheus.Gauge
+	// ReleasedCPUs counts the CPUs node-resized holds offline after a
+	// planned release (present and offline).
+	ReleasedCPUs prometheus.Gauge
+	// ReleasedMemoryBytes is the memory of the blocks node-resized holds
+	// offline after a planned release that are still present: blocks
+	// times the block size.
+	ReleasedMemoryBytes prometheus.Gauge
+	// MemoryDeviceSafeToUnplug is, for each memory device with a block
+	// offline after a planned release, 1 when every block of it is
+	// offline (the hypervisor may unplug it) and 0 otherwise; a device's
+	// series goes when it has no released block any more.
+	MemoryDeviceSafeToUnplug *prometheus.GaugeVec
+	// Releases counts the planned releases that ended, by result
+	// (ReleaseResults).
+	Releases *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with the Go runtime and
@@ -281,6 +310,36 @@ func New() *Metrics {
 			Name:      "node_tainted",
 			Help:      "1 while node-resized keeps the NoSchedule taint node-resized.io/capacity-changing on its Node (--taint-while-stale: from a loss until the kubelet has adopted it), 0 otherwise.",
 		}),
+		ReleaseAllowed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "release_allowed",
+			Help:      "1 when the node allows planned releases (node-resized --release), 0 otherwise.",
+		}),
+		ReleaseInProgress: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "release_in_progress",
+			Help:      "1 while a planned release takes CPUs and memory offline, or its give back brings them back, 0 otherwise.",
+		}),
+		ReleasedCPUs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "released_cpus",
+			Help:      "CPUs node-resized holds offline after a planned release (present and offline: the hypervisor may unplug them).",
+		}),
+		ReleasedMemoryBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "released_memory_bytes",
+			Help:      "Memory of the blocks node-resized holds offline after a planned release that are still present (blocks times the block size).",
+		}),
+		MemoryDeviceSafeToUnplug: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "memory_device_safe_to_unplug",
+			Help:      "For each memory device with blocks offline after a planned release (an ACPI memory device such as PNP0C80:00, or virtio-mem memory): 1 when every block of it is offline and the hypervisor may unplug it, 0 while some are online.",
+		}, []string{"device"}),
+		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "releases_total",
+			Help:      "Planned releases that ended, by result (done: the target reached; short: what did not go is in the condition; stopped: the request changed while it ran).",
+		}, []string{"result"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -294,6 +353,8 @@ func New() *Metrics {
 		m.KubeletRecoveries,
 		m.KubeletCheckpointRollbacks,
 		m.TargetCapacity, m.Allocatable,
+		m.ReleaseAllowed, m.ReleaseInProgress, m.ReleasedCPUs, m.ReleasedMemoryBytes,
+		m.MemoryDeviceSafeToUnplug, m.Releases,
 	)
 	// The counters of every known label value exist at 0 from the start,
 	// so that increase() in an alert sees the first event: a series that
@@ -306,6 +367,9 @@ func New() *Metrics {
 	}
 	for _, r := range KubeletRestartResults {
 		m.KubeletRestarts.WithLabelValues(r)
+	}
+	for _, r := range ReleaseResults {
+		m.Releases.WithLabelValues(r)
 	}
 	return m
 }

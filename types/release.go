@@ -49,9 +49,10 @@ type Released struct {
 // QEMU pc-dimm, or a virtio-mem device's memory) with blocks that
 // node-resized took offline.
 type ReleasedDevice struct {
-	// ID is the ACPI device (for example "PNP0C80:01"), or "virtio_mem"
-	// for virtio-mem memory, which its driver gives back to the host
-	// itself once its requested size is lowered.
+	// ID is the ACPI device (for example "PNP0C80:01"), or
+	// "virtio_mem:" and the virtio device (virtio_mem:virtio0) for
+	// virtio-mem memory, which its driver gives back to the host itself
+	// once its requested size is lowered.
 	ID string `json:"id"`
 	// Start and End are the physical address range, End exclusive.
 	Start uint64 `json:"start"`

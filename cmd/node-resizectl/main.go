@@ -53,6 +53,8 @@ resize flags:
   %s QUANTITY
                      the configured amount of that resource (e.g. --cpu 4 --memory 8Gi)
   --set NAME=QUANTITY  any resource node-resized manages by name (repeatable)
+  --release          ask for a planned release: the CPUs and memory above it go
+                     offline for the hypervisor to unplug (node-resized --release)
   --clear            remove the configured capacity: the node follows its hardware
   --wait             follow the condition until node-resized answers for this request
   --timeout D        give up after D (default 5m, 0: no limit)

@@ -3,7 +3,7 @@
 # node-resizectl [--socket PATH] [-o table|json] COMMAND [flags]
 # Flags may come before or after the command (Go's flag package: one or two
 # dashes, "--flag value" or "--flag=value"); events has a flag of its own
-# (--follow, -f), resize has its own (resources, --set, --clear, --wait,
+# (--follow, -f), resize has its own (resources, --set, --release, --clear, --wait,
 # --timeout, --kubeconfig, --node-name). Commands take no arguments.
 
 _node_resizectl() {
@@ -74,7 +74,7 @@ _node_resizectl() {
 	-*)
 		local flags="--socket --output -o --help"
 		[ "$cmd" = "events" ] && flags="$flags --follow -f"
-		[ "$cmd" = "resize" ] && flags="$flags --cpu --memory --ephemeral-storage --hugepages-2Mi --hugepages-1Gi --set --clear --wait --timeout --kubeconfig --node-name"
+		[ "$cmd" = "resize" ] && flags="$flags --cpu --memory --ephemeral-storage --hugepages-2Mi --hugepages-1Gi --set --release --clear --wait --timeout --kubeconfig --node-name"
 		mapfile -t COMPREPLY < <(compgen -W "$flags" -- "$cur")
 		return 0
 		;;
