@@ -13,15 +13,16 @@ import (
 
 // memMachine is what the memory choice knows of each block.
 type memMachine struct {
-	blockSize uint64
-	blocks    map[int]topology.MemoryBlock
-	kind      map[int]DeviceKind // block → its device's kind
-	device    map[int]string     // block → its device's name
-	dimms     []topology.MemoryDevice
-	virtio    []topology.VirtioMemDevice
-	notRemov  map[int]bool
-	skip      map[int]bool
-	virtioErr string
+	blockSize  uint64
+	blocks     map[int]topology.MemoryBlock
+	kind       map[int]DeviceKind // block → its device's kind
+	device     map[int]string     // block → its device's name
+	dimms      []topology.MemoryDevice
+	virtio     []topology.VirtioMemDevice
+	notRemov   map[int]bool
+	skip       map[int]bool
+	virtioErr  string
+	virtioNote string
 }
 
 func newMemMachine(in Input) memMachine {
@@ -37,7 +38,7 @@ func newMemMachine(in Input) memMachine {
 		m.blocks[b.ID] = b
 	}
 	if h := in.Hotplug; h != nil {
-		m.dimms, m.virtio, m.virtioErr = h.MemoryDevices, h.VirtioMem, h.VirtioMemError
+		m.dimms, m.virtio, m.virtioErr, m.virtioNote = h.MemoryDevices, h.VirtioMem, h.VirtioMemError, h.VirtioMemNote
 		for _, d := range h.MemoryDevices {
 			for _, b := range d.Blocks {
 				m.kind[b], m.device[b] = DIMM, d.ID
@@ -106,6 +107,9 @@ func chooseMemory(in Input, p *Plan) {
 	m := newMemMachine(in)
 	if m.virtioErr != "" {
 		p.Notes = append(p.Notes, "virtio-mem memory could not be identified ("+m.virtioErr+"): its blocks count as memory of no device")
+	}
+	if m.virtioNote != "" {
+		p.Notes = append(p.Notes, "virtio-mem: "+m.virtioNote)
 	}
 	if in.TargetMemory == 0 || in.Machine.MemTotal <= in.TargetMemory {
 		return

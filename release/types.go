@@ -79,7 +79,8 @@ type Plan struct {
 	// reaches both targets.
 	Shortfalls []Shortfall `json:"shortfalls,omitempty"`
 	// Notes say what the operator should know that is not a shortfall
-	// (virtio-mem memory that could not be identified).
+	// (virtio-mem memory that could not be identified, or only as one
+	// group of several devices).
 	Notes []string `json:"notes,omitempty"`
 }
 

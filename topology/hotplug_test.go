@@ -81,9 +81,11 @@ func TestHotplug(t *testing.T) {
 	}
 }
 
-// Hidden iomem addresses make virtio-mem unknown, said as such; the rest
-// of the reads stand.
+// Hidden iomem addresses leave virtio-mem to the firmware memmap: its
+// blocks are found where x86 has one, and unknown, said as such, where
+// there is none; the rest of the reads stand.
 func TestHotplugIomemHidden(t *testing.T) {
+	const bs = 128 * miB
 	m := hotplugMachine()
 	m.HideIomem = true
 	fsys := newFixtureFS(t, m)
@@ -94,11 +96,57 @@ func TestHotplugIomemHidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.VirtioMem != nil || !strings.Contains(h.VirtioMemError, "CAP_SYS_ADMIN") {
-		t.Errorf("virtio-mem %+v, error %q; want none and why", h.VirtioMem, h.VirtioMemError)
+	if h.VirtioMem != nil || !strings.Contains(h.VirtioMemError, "CAP_SYS_ADMIN") || !strings.Contains(h.VirtioMemError, "no /sys/firmware/memmap") {
+		t.Errorf("no memmap: virtio-mem %+v, error %q; want none and why", h.VirtioMem, h.VirtioMemError)
 	}
 	if len(h.MemoryDevices) != 2 || len(h.CPUs) != 8 {
 		t.Errorf("got %d devices, %d CPUs; want 2, 8", len(h.MemoryDevices), len(h.CPUs))
+	}
+
+	m.Memmap = m.PCMemmap()
+	if h, err = newFixtureFS(t, m).Hotplug(); err != nil {
+		t.Fatal(err)
+	}
+	want := []VirtioMemDevice{{Name: "virtio3", Start: 40 * bs, End: 45 * bs,
+		Ranges: []Range{{40 * bs, 43 * bs}, {44 * bs, 45 * bs}}, Blocks: []int{40, 41, 42, 44}}}
+	if !reflect.DeepEqual(h.VirtioMem, want) || h.VirtioMemError != "" || h.VirtioMemNote != "" {
+		t.Errorf("memmap: virtio-mem %+v (error %q, note %q)\nwant %+v", h.VirtioMem, h.VirtioMemError, h.VirtioMemNote, want)
+	}
+}
+
+// With iomem hidden, the memmap follows a DIMM's hot-add and eject, a
+// block probed, and virtio-mem's plug and unplug.
+func TestHotplugIomemHiddenFollowsTree(t *testing.T) {
+	m := hotplugMachine()
+	m.HideIomem = true
+	m.Memmap = m.PCMemmap()
+	tree := m.WriteTree(t, topologytest.Dir(t))
+	fsys, err := NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := func() []int {
+		t.Helper()
+		h, err := fsys.Hotplug()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.VirtioMem) != 1 || h.VirtioMemError != "" {
+			t.Fatalf("virtio-mem %+v, error %q", h.VirtioMem, h.VirtioMemError)
+		}
+		return h.VirtioMem[0].Blocks
+	}
+	tree.AddDIMM(topologytest.DIMM{Instance: 2, Blocks: topologytest.Ints(32, 35)}, 0, topologytest.BlockOffline, "Movable Normal")
+	tree.AddBlocks(36, 1, 0, topologytest.BlockOffline, "Movable Normal")
+	tree.AddVirtioMemBlocks(3, 43, 1, 0, topologytest.BlockOnline, "Movable")
+	if got := blocks(); !reflect.DeepEqual(got, []int{40, 41, 42, 43, 44}) {
+		t.Errorf("after the hot-adds: blocks %v; want virtio-mem's, not the DIMM's or the probed one", got)
+	}
+	tree.RemoveDIMM(2)
+	tree.SetBlockState(41, topologytest.BlockOffline)
+	tree.RemoveBlocks(41, 1)
+	if got := blocks(); !reflect.DeepEqual(got, []int{40, 42, 43, 44}) {
+		t.Errorf("after the unplug: blocks %v", got)
 	}
 }
 

@@ -175,8 +175,9 @@ func (t *Tree) dimmOf(id int) int {
 // AddDIMM hot-adds ACPI memory device d, as an ACPI memory hot-add does:
 // the device directory and its bus link appear, then its blocks in state
 // with valid_zones zones on node (-1 for none), as AddBlocks adds them,
-// then the links that bind them. The blocks must be new and adjacent
-// (a DIMM is one range).
+// then, with a firmware memmap, one System RAM entry for the DIMM
+// (add_memory_resource), then the links that bind the blocks. The blocks
+// must be new and adjacent (a DIMM is one range).
 func (t *Tree) AddDIMM(d DIMM, node int, state, zones string) {
 	t.tb.Helper()
 	for _, o := range t.m.DIMMs {
@@ -202,7 +203,8 @@ func (t *Tree) AddDIMM(d DIMM, node int, state, zones string) {
 	dir := filepath.Join(t.Sys, acpiMemParent, name)
 	t.moveIn(staged, dir)
 	w.link("../../../"+acpiMemParent+"/"+name, filepath.Join(t.Sys, acpiBusPath, name))
-	t.AddBlocks(blocks[0], len(blocks), node, state, zones)
+	t.addBlocks(blocks[0], len(blocks), node, state, zones)
+	t.addMemmapRAM(blocks[0], len(blocks))
 	for i, b := range blocks {
 		w.link("../../../../system/memory/"+blockName(b), filepath.Join(dir, physicalNodeName(i)))
 		w.link("../../../"+acpiMemParent[len("devices/"):]+"/"+name,
@@ -214,7 +216,8 @@ func (t *Tree) AddDIMM(d DIMM, node int, state, zones string) {
 // RemoveDIMM removes ACPI memory device instance, as the eject that
 // follows a hypervisor's unplug does: every block of it must be offline
 // (the kernel offlines them first, or refuses the eject); the links
-// that bind them go, then the blocks, then the device and its bus link.
+// that bind them go, then the blocks and the DIMM's memmap entry, then
+// the device and its bus link.
 func (t *Tree) RemoveDIMM(instance int) {
 	t.tb.Helper()
 	i := slices.IndexFunc(t.m.DIMMs, func(d DIMM) bool { return d.Instance == instance })
@@ -240,6 +243,7 @@ func (t *Tree) RemoveDIMM(instance int) {
 	for _, b := range d.Blocks {
 		t.RemoveBlocks(b, 1)
 	}
+	t.removeMemmapRAM(d.Blocks[0], len(d.Blocks))
 	if err := os.Remove(filepath.Join(t.Sys, acpiBusPath, name)); err != nil {
 		t.tb.Fatal(err)
 	}
@@ -248,9 +252,10 @@ func (t *Tree) RemoveDIMM(instance int) {
 
 // AddVirtioMemBlocks plugs blocks first..first+n-1 into virtio-mem device
 // virtio<index>, as its driver does: the blocks are added as AddBlocks
-// adds them, and /proc/iomem shows them under the device's region. To
-// unplug them, take them offline and remove them with RemoveBlocks, as
-// the driver does.
+// adds them, but with no firmware memmap entry (the driver adds them with
+// add_memory_driver_managed), and /proc/iomem shows them under the
+// device's region. To unplug them, take them offline and remove them
+// with RemoveBlocks, as the driver does.
 func (t *Tree) AddVirtioMemBlocks(index, first, n, node int, state, zones string) {
 	t.tb.Helper()
 	k := slices.IndexFunc(t.m.VirtioMem, func(v VirtioMem) bool { return v.Index == index })
@@ -264,5 +269,5 @@ func (t *Tree) AddVirtioMemBlocks(index, first, n, node int, state, zones string
 		}
 		v.Blocks = append(v.Blocks, id)
 	}
-	t.AddBlocks(first, n, node, state, zones)
+	t.addBlocks(first, n, node, state, zones)
 }

@@ -34,7 +34,16 @@ type Machine struct {
 	// VirtioMem are virtio-mem devices whose plugged Blocks /proc/iomem
 	// shows. /proc/iomem is written for every machine: boot memory as
 	// "System RAM" runs of the Blocks outside any virtio-mem device.
+	// Each device is bound to the virtio_mem driver, in
+	// bus/virtio/drivers/virtio_mem.
 	VirtioMem []VirtioMem
+	// Memmap is /sys/firmware/memmap; nil: no such directory (a kernel
+	// without CONFIG_FIRMWARE_MEMMAP, which only x86 has by default).
+	// PCMemmap returns what x86 shows. A Tree adds an entry for each
+	// DIMM it hot-adds and for blocks AddBlocks adds, as add_memory
+	// does, and none for virtio-mem's blocks, as for any memory
+	// added by add_memory_driver_managed.
+	Memmap []MemmapEntry
 	// HideIomem writes /proc/iomem as a reader without CAP_SYS_ADMIN
 	// sees it: every range 00000000-00000000.
 	HideIomem bool
@@ -198,6 +207,7 @@ func (m Machine) clone() Machine {
 	for i := range c.DIMMs {
 		c.DIMMs[i].Blocks = slices.Clone(m.DIMMs[i].Blocks)
 	}
+	c.Memmap = slices.Clone(m.Memmap)
 	c.VirtioMem = slices.Clone(m.VirtioMem)
 	for i := range c.VirtioMem {
 		c.VirtioMem[i].Blocks = slices.Clone(m.VirtioMem[i].Blocks)

@@ -28,6 +28,8 @@ type Tree struct {
 	tb    testing.TB
 	m     Machine // what the tree holds now
 	stage string  // beside sys and proc: files and directories before they move in
+	// memmapNext is the number of the next firmware memmap entry.
+	memmapNext int
 }
 
 // WriteTree writes the tree under root as Write does and returns it for
@@ -39,7 +41,7 @@ func (m Machine) WriteTree(tb testing.TB, root string) *Tree {
 	if err := os.Mkdir(stage, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	return &Tree{Sys: sys, Proc: proc, tb: tb, m: m.clone(), stage: stage}
+	return &Tree{Sys: sys, Proc: proc, tb: tb, m: m.clone(), stage: stage, memmapNext: nextMemmapIndex(m.Memmap)}
 }
 
 // Machine returns a copy of the description of what the tree holds now.
@@ -147,8 +149,19 @@ func validZones(zones, state string) string {
 // AddBlocks adds memory blocks first..first+n-1 in state with valid_zones
 // zones ("" for none) on node (-1 for none), as a memory hot-add does:
 // each memoryN directory appears whole, then its nodeN/memoryN link.
-// MemTotal is not changed.
+// With a firmware memmap, each block gets a System RAM entry there, as
+// add_memory gives the memory added one block at a time through
+// memory/probe. MemTotal is not changed.
 func (t *Tree) AddBlocks(first, n, node int, state, zones string) {
+	t.tb.Helper()
+	t.addBlocks(first, n, node, state, zones)
+	for id := first; id < first+n; id++ {
+		t.addMemmapRAM(id, 1)
+	}
+}
+
+// addBlocks adds the blocks, with no memmap entry.
+func (t *Tree) addBlocks(first, n, node int, state, zones string) {
 	t.tb.Helper()
 	if t.m.BlockSize == 0 {
 		t.tb.Fatalf("topologytest: the machine has no memory blocks (BlockSize 0)")
@@ -180,8 +193,9 @@ func (t *Tree) AddBlocks(first, n, node int, state, zones string) {
 
 // RemoveBlocks removes memory blocks first..first+n-1, as a memory
 // hot-remove does: the nodeN/memoryM link goes, then the memoryM
-// directory, whole. The kernel removes only offline blocks; so does
-// RemoveBlocks. MemTotal is not changed.
+// directory, whole, then the firmware memmap entry of exactly that block
+// if there is one (AddBlocks added it). The kernel removes only offline
+// blocks; so does RemoveBlocks. MemTotal is not changed.
 func (t *Tree) RemoveBlocks(first, n int) {
 	t.tb.Helper()
 	memDir := filepath.Join(t.Sys, memPath)
@@ -206,6 +220,7 @@ func (t *Tree) RemoveBlocks(first, n int) {
 		}
 		t.moveOut(fmt.Sprintf("%s/memory%d", memDir, id))
 		t.m.Blocks = slices.Delete(t.m.Blocks, i, i+1)
+		t.removeMemmapRAM(id, 1)
 	}
 	t.writeIomem()
 }

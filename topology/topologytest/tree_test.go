@@ -3,8 +3,10 @@ package topologytest
 import (
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -31,10 +33,11 @@ func TestFormatList(t *testing.T) {
 	}
 }
 
-// small is a two-socket machine with every attribute written (not Lean)
-// and caches, so that the changes touch every kind of file.
+// small is a two-socket machine with every attribute written (not Lean),
+// caches and a firmware memmap, so that the changes touch every kind of
+// file.
 func small() Machine {
-	return Machine{
+	m := Machine{
 		CPUs:     append(SMTCPUs(0, 4, 0, 0, 3), SMTCPUs(4, 4, 1, 0)...),
 		Possible: Ints(0, 15),
 		Nodes: []Node{
@@ -55,6 +58,8 @@ func small() Machine {
 		Pools:     []Pool{{KB: 2048, Nr: 16}},
 		Caches:    true,
 	}
+	m.Memmap = m.PCMemmap()
+	return m
 }
 
 // entries maps each path under root to what it is: a directory and its
@@ -295,6 +300,70 @@ func TestTreeChangesLikeTheKernel(t *testing.T) {
 	}
 	if tree.MemTotalKB() != 7968928 || tree.NodeMemTotalKB(1) != 0 || tree.BlockSize() != 128<<20 {
 		t.Errorf("MemTotalKB %d NodeMemTotalKB(1) %d BlockSize %d", tree.MemTotalKB(), tree.NodeMemTotalKB(1), tree.BlockSize())
+	}
+}
+
+// The firmware memmap has an entry per DIMM, added and removed with it,
+// and none for virtio-mem's blocks; the virtio-mem device is bound to
+// its driver.
+func TestTreeMemmapLikeTheKernel(t *testing.T) {
+	tree := small().WriteTree(t, Dir(t))
+	memmap := func() map[string]string {
+		out := map[string]string{}
+		dir := filepath.Join(tree.Sys, "firmware/memmap")
+		es, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			rel := "firmware/memmap/" + e.Name() + "/"
+			out[e.Name()] = strings.TrimSpace(read(t, tree.Sys, rel+"start")) + "-" +
+				strings.TrimSpace(read(t, tree.Sys, rel+"end")) + " " + strings.TrimSpace(read(t, tree.Sys, rel+"type"))
+		}
+		return out
+	}
+	boot := map[string]string{
+		"0": "0x0-0x9fbff System RAM",
+		"1": "0x9fc00-0xfffff Reserved",
+		"2": "0x100000-0x17fffffff System RAM",    // memory0-47: boot memory
+		"3": "0x180000000-0x1bfffffff System RAM", // PNP0C80:00, memory48-55
+		"4": "0x1c0000000-0x1ffffffff System RAM", // PNP0C80:01, memory56-63
+	}
+	if got := memmap(); !reflect.DeepEqual(got, boot) {
+		t.Errorf("written memmap\n got %v\nwant %v", got, boot)
+	}
+	if got := read(t, tree.Sys, "bus/virtio/drivers/virtio_mem/virtio0/device"); got != "0x0018\n" {
+		t.Errorf("virtio_mem/virtio0/device = %q, want the virtio-mem id", got)
+	}
+	if got := read(t, tree.Sys, "bus/virtio/devices/virtio0/driver/virtio0/device"); got != "0x0018\n" {
+		t.Errorf("virtio0/driver/virtio0/device = %q, want the device through its driver", got)
+	}
+
+	tree.AddDIMM(DIMM{Instance: 2, Blocks: Ints(100, 103)}, 1, BlockOffline, "Movable Normal")
+	tree.AddVirtioMemBlocks(0, 84, 2, 1, BlockOnline, "Movable")
+	tree.AddBlocks(64, 2, 1, BlockOffline, "Movable")
+	want := maps.Clone(boot)
+	want["5"] = "0x320000000-0x33fffffff System RAM" // the DIMM, whole
+	want["6"] = "0x200000000-0x207ffffff System RAM" // memory64, probed
+	want["7"] = "0x208000000-0x20fffffff System RAM" // memory65
+	if got := memmap(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the hot-adds\n got %v\nwant %v", got, want)
+	}
+
+	tree.RemoveDIMM(2)
+	tree.SetBlockState(85, BlockOffline)
+	tree.RemoveBlocks(85, 1) // virtio-mem's: no entry to remove
+	tree.RemoveBlocks(64, 1)
+	tree.SetBlockState(31, BlockOffline)
+	tree.RemoveBlocks(31, 1) // boot memory: its entry covers more, and stays
+	delete(want, "5")
+	delete(want, "6")
+	if got := memmap(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the removals\n got %v\nwant %v", got, want)
+	}
+	tree.AddDIMM(DIMM{Instance: 3, Blocks: Ints(104, 105)}, 1, BlockOffline, "Movable")
+	if got := memmap()["8"]; got != "0x340000000-0x34fffffff System RAM" {
+		t.Errorf("a later DIMM's entry: memmap/8 = %q; numbers are not reused", got)
 	}
 }
 

@@ -153,6 +153,8 @@ func (m Machine) Write(tb testing.TB, root string) (sys, proc string) {
 	}
 
 	m.writeDIMMs(w, sys)
+	m.writeVirtioMem(w, sys)
+	m.writeMemmap(w, sys)
 
 	w.file(filepath.Join(proc, "meminfo"), procMeminfo(m))
 	w.file(filepath.Join(proc, "iomem"), procIomem(m))
