@@ -20,9 +20,9 @@ import (
 // (drivers/virtio/virtio_mem.c, virtio_mem_init_hotplug):
 //
 //   - Sub Block Mode (SBM), when the sub-block, max(BlockSize, a
-//     pageblock: 2 MiB on x86; a max-order page, 4 MiB, on kernels before
-//     5.19), is smaller than a memory block: QEMU's default BlockSize
-//     (2 MiB) gives it. A block is added
+//     pageblock: 2 MiB on x86, seen on Debian's 6.1; older kernels used a
+//     max-order page, 4 MiB), is smaller than a memory block: QEMU's
+//     default BlockSize (2 MiB) gives it. A block is added
 //     when its first sub-block is plugged and removed when its last one
 //     is unplugged; in between the block's MemTotal share changes with
 //     no uevent.
