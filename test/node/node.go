@@ -104,6 +104,11 @@ type Config struct {
 	// QEMUArgs are added to QEMU's command line, e.g. "-device",
 	// "virtio-balloon-pci,id=balloon0" for Balloon.
 	QEMUArgs []string
+	// VirtioMem are virtio-mem devices the guest boots with (see
+	// vm.VirtioMemDevice; the guest loads virtio_mem). QEMU counts their
+	// sizes against MaxMem, whose default then grows by them. Drive them
+	// with the VM's SetVirtioMemRequested and WaitVirtioMemSize.
+	VirtioMem []vm.VirtioMemDevice
 
 	// KubeletConfig is the KubeletConfiguration YAML; "" means
 	// DefaultKubeletConfig.
@@ -166,6 +171,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxMem == 0 {
 		c.MaxMem = 4 * gib
+		for _, d := range c.VirtioMem {
+			c.MaxMem += d.Size
+		}
 	}
 	if c.Accel == "" {
 		c.Accel = os.Getenv("NODE_RESIZED_VM_ACCEL")
@@ -437,6 +445,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		NUMA:      cfg.NUMA,
 		Append:    append_,
 		UserNet:   true,
+		VirtioMem: cfg.VirtioMem,
 		ExtraArgs: cfg.QEMUArgs,
 		Shares: []vm.Share{
 			{Tag: rootTag, Path: "/", ReadOnly: true},

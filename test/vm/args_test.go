@@ -108,3 +108,64 @@ func TestSharesAndUserNet(t *testing.T) {
 		t.Error("a share path with a comma was accepted")
 	}
 }
+
+func TestVirtioMemArgs(t *testing.T) {
+	c := Config{Kernel: "k", Initramfs: "i", VirtioMem: []VirtioMemDevice{
+		{ID: "vmem0", Size: 1 << 30},
+		{ID: "vmem1", Node: 1, Size: 512 << 20, BlockSize: 128 << 20, RequestedSize: 256 << 20},
+	}}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxMem != 4<<30+1<<30+512<<20 {
+		t.Errorf("default MaxMem %d MiB, want 4 GiB plus the devices' 1.5 GiB", c.MaxMem>>20)
+	}
+	args := strings.Join(qemuArgs(c, "c", "q", "a"), " ")
+	for _, want := range []string{
+		"-m 512M,slots=4,maxmem=5632M",
+		"-object memory-backend-ram,id=vmem0-mem,size=1024M -device virtio-mem-pci,id=vmem0,memdev=vmem0-mem,node=0,requested-size=0M ",
+		"-object memory-backend-ram,id=vmem1-mem,size=512M -device virtio-mem-pci,id=vmem1,memdev=vmem1-mem,node=1,requested-size=256M,block-size=128M ",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args lack %q:\n%s", want, args)
+		}
+	}
+	if strings.Count(args, "block-size=") != 1 {
+		t.Errorf("a block size was set for the device that takes QEMU's default:\n%s", args)
+	}
+	// The devices come after the NUMA nodes they name.
+	if strings.Index(args, "virtio-mem-pci") < strings.LastIndex(args, "-numa") {
+		t.Errorf("virtio-mem before the NUMA nodes:\n%s", args)
+	}
+
+	// An explicit MaxMem must leave room: QEMU refuses the device
+	// otherwise ("not enough space ... for memory devices").
+	fits := Config{Kernel: "k", Initramfs: "i", Mem: 512 << 20, MaxMem: 1536 << 20,
+		VirtioMem: []VirtioMemDevice{{ID: "v", Size: 1 << 30}}}
+	if err := fits.setDefaults(); err != nil {
+		t.Errorf("512 MiB + 1 GiB in MaxMem 1.5 GiB refused: %v", err)
+	}
+
+	for name, bad := range map[string][]VirtioMemDevice{
+		"no id":             {{Size: 1 << 30}},
+		"comma":             {{ID: "a,b", Size: 1 << 30}},
+		"same id":           {{ID: "v", Size: 1 << 30}, {ID: "v", Size: 1 << 30}},
+		"no size":           {{ID: "v"}},
+		"size not blocks":   {{ID: "v", Size: 192 << 20, BlockSize: 128 << 20}},
+		"size not default":  {{ID: "v", Size: 3 << 20}},
+		"block not pow2":    {{ID: "v", Size: 384 << 20, BlockSize: 96 << 20}},
+		"block too small":   {{ID: "v", Size: 1 << 30, BlockSize: 4096}},
+		"requested > size":  {{ID: "v", Size: 1 << 30, RequestedSize: 2 << 30}},
+		"requested odd":     {{ID: "v", Size: 1 << 30, RequestedSize: 1 << 20}},
+		"no such node":      {{ID: "v", Node: 2, Size: 1 << 30}},
+		"over MaxMem":       {{ID: "v", Size: 4 << 30}},
+		"two over MaxMem":   {{ID: "v", Size: 2 << 30}, {ID: "w", Size: 2 << 30}},
+		"negative node":     {{ID: "v", Node: -1, Size: 1 << 30}},
+		"space in the name": {{ID: "a b", Size: 1 << 30}},
+	} {
+		c := Config{Kernel: "k", Initramfs: "i", MaxMem: 4 << 30, VirtioMem: bad}
+		if err := c.setDefaults(); err == nil {
+			t.Errorf("%s: setDefaults accepted %+v", name, bad)
+		}
+	}
+}

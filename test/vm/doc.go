@@ -9,8 +9,9 @@
 // proc, sysfs, devtmpfs and cgroup2, and a command agent on a
 // virtio-serial port. [Boot] starts qemu-system-x86_64 under TCG with a
 // machine that has room to grow (spare CPU sockets, DIMM slots, two NUMA
-// nodes); [VM.Exec] runs shell commands in the guest; the hotplug methods
-// drive QEMU through QMP.
+// nodes, and virtio-mem devices when [Config.VirtioMem] asks for them);
+// [VM.Exec] runs shell commands in the guest; the hotplug and virtio-mem
+// methods drive QEMU through QMP.
 //
 // The package uses only the standard library. It runs QEMU as a child in
 // its own process group and kills that group on [VM.Close], so a failed

@@ -73,6 +73,13 @@ type Config struct {
 	// reach the guest. The guest configures the card itself (the virtio_net
 	// module, an address and a default route).
 	UserNet bool
+	// VirtioMem are virtio-mem devices the guest boots with (see
+	// VirtioMemDevice). QEMU counts each one's Size against MaxMem, in the
+	// same area as the DIMMs: Mem plus the sizes must fit in MaxMem. A zero
+	// MaxMem is then 4 GiB plus the sizes, leaving the DIMMs the room they
+	// have without virtio-mem. The guest needs the virtio_mem module
+	// (DefaultModules has it).
+	VirtioMem []VirtioMemDevice
 	// ExtraArgs are added to QEMU's arguments.
 	ExtraArgs []string
 }
@@ -153,7 +160,7 @@ func (c *Config) setDefaults() error {
 		c.Slots = 4
 	}
 	if c.MaxMem == 0 {
-		c.MaxMem = 4 * gib
+		c.MaxMem = 4*gib + virtioMemTotal(c.VirtioMem)
 	}
 	if c.NUMA == nil {
 		if c.MaxCPUs < 2 {
@@ -189,7 +196,7 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("config: NUMA node memory adds up to %d, Mem is %d", sum, c.Mem)
 		}
 	}
-	return nil
+	return c.checkVirtioMem()
 }
 
 func cpuRange(lo, hi int) string {
@@ -219,6 +226,7 @@ func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
 		}
 		args = append(args, "-numa", node)
 	}
+	args = append(args, virtioMemArgs(c.VirtioMem)...)
 	cmdline := KernelCmdline
 	if !strings.Contains(c.Append, "lpj=") {
 		cmdline += " " + presetLPJ()

@@ -1,6 +1,7 @@
 // Package vmscenario runs the real node-resized daemon inside a QEMU guest
-// (package test/vm) whose CPUs and DIMMs are hot-plugged, and checks what it
-// does to the kubepods cgroups by reading the cgroup files in the guest.
+// (package test/vm) whose CPUs, DIMMs and virtio-mem memory are hot-plugged,
+// and checks what it does to the kubepods cgroups by reading the cgroup
+// files in the guest.
 //
 // One guest is booted for all scenarios; they run in this order, each
 // starting from the machine the previous one left:
@@ -8,25 +9,32 @@
 //  1. cpu-hot-add: a CPU is plugged over QMP; the daemon onlines it
 //     (--auto-online), counts it and adds it to kubepods' cpuset.cpus and
 //     cpu.weight.
-//  2. hotplug-cpu: that CPU is taken offline and onlined again through
+//  2. virtio-mem: the guest's virtio-mem device (1 GiB on node 0, nothing
+//     plugged at boot, QEMU's 2 MiB block size: Sub Block Mode) is asked
+//     for 512 MiB, then 256 MiB, 192 MiB and 0 over QMP; the driver adds
+//     the blocks offline, the daemon onlines them movable, MemTotal and
+//     /proc/iomem follow; on the way down the driver offlines and removes
+//     the blocks itself (192 MiB leaves a block partly plugged: no
+//     uevent). Each step's times and memory block uevents are logged.
+//  3. hotplug-cpu: cpu-hot-add's CPU is taken offline and onlined again through
 //     package hotplug (testdata/hotplugtool, the writes the daemon's
 //     release will do); kubepods follows; cpu0, without an online file, is
 //     refused unwritten.
-//  3. hotplug-dimm: a DIMM is plugged (the daemon onlines it); a page on
+//  4. hotplug-dimm: a DIMM is plugged (the daemon onlines it); a page on
 //     it is pinned in a pipe, so that its block's offline retries for
 //     ever, and package hotplug cuts that offline at its 2 s bound (the
 //     kernel answers EINTR and leaves the block online); then every block
 //     is offlined, onlined movable and offlined through the package, and
 //     the unplug ends in DEVICE_DELETED.
-//  4. dimm-hot-add: a 256 MiB DIMM; the daemon onlines its blocks movable
+//  5. dimm-hot-add: a 256 MiB DIMM; the daemon onlines its blocks movable
 //     and grows kubepods' memory.max.
-//  5. dimm-hot-unplug: the DIMM is unplugged; the daemon clamps memory.max
+//  6. dimm-hot-unplug: the DIMM is unplugged; the daemon clamps memory.max
 //     and reports the uevent-to-clamp latency and the OOM kill counts.
-//  6. oom-in-kubepods: another DIMM is plugged; a process in a burstable
+//  7. oom-in-kubepods: another DIMM is plugged; a process in a burstable
 //     pod cgroup holds more memory than kubepods may hold once the DIMM is
 //     gone, and the DIMM is unplugged; the clamp OOM-kills it inside
 //     kubepods while the guest's own processes live on.
-//  7. cpu-hot-unplug: the CPU is unplugged; it leaves kubepods' cpuset.
+//  8. cpu-hot-unplug: the CPU is unplugged; it leaves kubepods' cpuset.
 //     This comes last because QEMU 7.2 under TCG crashes on any hotplug
 //     operation after a CPU unplug.
 //
@@ -38,9 +46,13 @@
 //
 //	cd test && go test -count=1 -v -timeout 30m ./vmscenario/
 //
-// A scenario runs with those before it; package hotplug's alone:
+// A scenario runs with those before it; virtio-mem's alone:
 //
-//	go test -count=1 -v -run 'TestScenarios/^(daemon-up|cpu-hot-add|hotplug-cpu|hotplug-dimm)$' ./vmscenario/
+//	go test -count=1 -v -run 'TestScenarios/^(daemon-up|cpu-hot-add|virtio-mem)$' ./vmscenario/
+//
+// package hotplug's:
+//
+//	go test -count=1 -v -run 'TestScenarios/^(daemon-up|cpu-hot-add|virtio-mem|hotplug-cpu|hotplug-dimm)$' ./vmscenario/
 //
 // The binaries are built from this tree (stripped, CGO_ENABLED=0);
 // NODE_RESIZED_VM_BINDIR names a folder with node-resized and

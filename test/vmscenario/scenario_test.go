@@ -72,7 +72,10 @@ func TestScenarios(t *testing.T) {
 		MaxCPUs:   4,
 		Mem:       512 << 20,
 		Slots:     4,
-		MaxMem:    4 << 30,
+		// The DIMMs' 3.5 GiB of room plus the virtio-mem device's: QEMU
+		// counts its backend against maxmem.
+		MaxMem:    4<<30 + virtioMemDevice.Size,
+		VirtioMem: []vm.VirtioMemDevice{virtioMemDevice},
 		Shares: []vm.Share{
 			{Tag: "ctl", Path: env.ctlDir, ReadOnly: true},
 			{Tag: "tools", Path: env.toolsDir, ReadOnly: true},
@@ -146,6 +149,10 @@ func TestScenarios(t *testing.T) {
 
 	step("daemon-up", s.daemonUp)
 	step("cpu-hot-add", s.cpuHotAdd)
+	// After cpu-hot-add, which checks the daemon's first write of
+	// kubepods' pids.max: virtio-mem's memory changes make the daemon
+	// write it too.
+	step("virtio-mem", s.virtioMem)
 	step("hotplug-cpu", s.hotplugCPU)
 	step("hotplug-dimm", s.hotplugDIMM)
 	step("dimm-hot-add", s.dimmHotAdd)
