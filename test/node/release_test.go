@@ -12,12 +12,19 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/node-resized/node-resized/test/vm"
 )
 
 // releaseKubeletConfig is the static CPU manager (CPU 0 reserved) with
 // installedKubeletConfig's larger systemReserved, so that a memory hog
 // that fits only with a DIMM still fits in the guest without it.
 var releaseKubeletConfig = installedKubeletConfig + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"
+
+// releaseVirtioMem is TestPlannedRelease's virtio-mem device: 1 GiB on
+// node 0, QEMU's default 2 MiB block (the driver's sub-block mode), none
+// of it plugged at boot.
+const releaseVirtioMem = "vmem0"
 
 // releaseQuiet is how long, once the released machine is Accepted, the
 // daemon must write nothing to the Node: twelve of the kubelet's 10 s
@@ -41,7 +48,8 @@ func TestPlannedRelease(t *testing.T) {
 	t.Parallel()
 	needRuntime(t)
 	bin := buildFaultDaemon(t) // e kills the daemon between two block offlines
-	s := relayNodeConfig(t, Config{KubeletConfig: releaseKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir},
+	s := relayNodeConfig(t, Config{KubeletConfig: releaseKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir,
+		VirtioMem: []vm.VirtioMemDevice{{ID: releaseVirtioMem, Node: 0, Size: 1 << 30}}},
 		"--auto-online --release "+relayPolicy)
 	n, cs := s.n, s.admin
 	guestSh(t, n, "cp '"+bin+"' /usr/bin/node-resized.new && mv -f /usr/bin/node-resized.new /usr/bin/node-resized && systemctl restart node-resized")
@@ -314,8 +322,10 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		allocAfter := mem0 - installedReserved - evictionHardMemory
 		clampTo := mem0 - installedReserved
 		target := (allocAfter + clampTo) / 2
+		// Burstable with a memory request only: the one allocatable CPU
+		// (CPU 0 reserved) is the Guaranteed pod's.
 		hog := busyboxPod("hog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
-			corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
+			corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
 		hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
 		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -491,7 +501,7 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		return
 	}
 
-	t.Run("d-give-back", func(t *testing.T) {
+	ok = t.Run("d-give-back", func(t *testing.T) {
 		mark := guestNow(t, n)
 		before := offlineBlocks()
 		resize(t, "--clear")
@@ -515,6 +525,141 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		}
 		if r := daemonStatus(t, n).Release; r != nil && !r.Released.Empty() {
 			t.Errorf("still released after the give back: %+v", r)
+		}
+	})
+	if !ok {
+		return
+	}
+	s.releaseVirtioMem(t, blockSize)
+}
+
+// releaseVirtioMem is c-virtio-mem: the virtio-mem device grown to 512 MiB
+// (its blocks onlined movable by --auto-online, the kubelet restarted onto
+// them), then a request 512Mi below the machine with release: the release
+// takes the device's blocks (not a part of the DIMM, which would not leave
+// the DIMM unpluggable), and the host's lowering of requested-size to 0
+// then reaches size 0 (QMP qom-get), within a bound reported, with no
+// Warning and the Node unchanged. The control: grown again, the request
+// removed, and requested-size lowered to 0 without a release: what the
+// driver did, and what node-resized did (a loss of hardware it follows).
+func (s *installed) releaseVirtioMem(t *testing.T, blockSize int64) {
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	const half = 512 << 20
+	grow := func(t *testing.T) int64 {
+		t.Helper()
+		mem0 := memTotal(t, n)
+		mark := guestNow(t, n)
+		if err := n.SetVirtioMemRequested(ctx, releaseVirtioMem, half); err != nil {
+			t.Fatal(err)
+		}
+		took, sizes, err := n.WaitVirtioMemSize(ctx, releaseVirtioMem, half, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := mem0 + half
+		for deadline := time.Now().Add(time.Minute); memTotal(t, n) != want; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("MemTotal %s a minute after virtio-mem's 512 MiB, want %s", mibs(memTotal(t, n)), mibs(want))
+			}
+		}
+		waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
+		waitNode(t, cs, n.Name(), "Accepted with the virtio-mem memory", 2*time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Memory().Value() == want
+		})
+		t.Logf("virtio-mem requested-size 512 MiB: size reached after %v (sizes seen %s); MemTotal %s", took.Round(time.Millisecond), vm.FormatSizes(sizes), mibs(want))
+		return want
+	}
+	ok := t.Run("c-virtio-mem", func(t *testing.T) {
+		mem1 := grow(t)
+		info, err := n.VirtioMemInfo(ctx, releaseVirtioMem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := info.FirstBlock(uint64(blockSize))
+		mark := guestNow(t, n)
+		off := time.Until(mark)
+		out, _ := func() (string, error) {
+			r0 := time.Now()
+			out, err := n.Run(ctx, fmt.Sprintf("node-resizectl resize --memory %d --release --wait --timeout 10m 2>&1", mem1-half))
+			t.Logf("node-resizectl resize --memory %d --release --wait (%v):\n%s", mem1-half, time.Since(r0).Round(time.Millisecond), out)
+			if err != nil {
+				t.Fatalf("resize: %v\n%s", err, journalTail(t, n, 40))
+			}
+			return out, err
+		}()
+		if !strings.Contains(out, "virtio_mem:") {
+			t.Errorf("resize --wait did not name virtio-mem's memory as released")
+		}
+		var blocks []int
+		for _, e := range daemonLog(t, n, "released", mark) {
+			b, _ := strconv.Atoi(e.str("BLOCK"))
+			if b >= 0 {
+				blocks = append(blocks, b)
+			}
+		}
+		for _, b := range blocks {
+			if b < first || int64(b-first) >= int64(info.MaxSize)/blockSize {
+				t.Errorf("released block %d is not the virtio-mem device's (blocks %d to %d)", b, first, first+int(int64(info.MaxSize)/blockSize)-1)
+			}
+		}
+		if len(blocks) != half/int(blockSize) {
+			t.Fatalf("released blocks %v, want %d of virtio-mem's", blocks, half/blockSize)
+		}
+		if got := memTotal(t, n); got != mem1-half {
+			t.Errorf("MemTotal %s after the release, want %s", mibs(got), mibs(mem1-half))
+		}
+		waitNode(t, cs, n.Name(), "Accepted without virtio-mem's memory", 2*time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Memory().Value() == mem1-half
+		})
+		// The host lowers the device: its driver gives the offline
+		// blocks back.
+		u0 := time.Now()
+		if err := n.SetVirtioMemRequested(ctx, releaseVirtioMem, 0); err != nil {
+			t.Fatal(err)
+		}
+		took, sizes, err := n.WaitVirtioMemSize(ctx, releaseVirtioMem, 0, 2*time.Minute)
+		if err != nil {
+			t.Fatalf("virtio-mem never reached size 0: %v", err)
+		}
+		s.timing("c virtio-mem: %d released blocks; requested-size 0 reached size 0 after %v (sizes seen %s)", len(blocks), took.Round(time.Millisecond), vm.FormatSizes(sizes))
+		time.Sleep(5 * time.Second)
+		nd, err := cs.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := capacityCondition(nd); c == nil || c.Reason != "Accepted" || nd.Status.Capacity.Memory().Value() != mem1-half {
+			t.Errorf("the Node after the host took virtio-mem's memory back: %s", describeNode(nd))
+		}
+		for _, e := range nodeEvents(t, s, u0.Add(-time.Second)) {
+			if e.Type == corev1.EventTypeWarning || e.Reason == "NodeCapacityExceeded" {
+				t.Errorf("event after the host lowered virtio-mem: %s %s: %s", e.Type, e.Reason, e.Note)
+			}
+		}
+		for _, e := range nodeEvents(t, s, mark.Add(-off)) {
+			t.Logf("event %s %s: %s", e.Type, e.Reason, e.Note)
+		}
+	})
+	if !ok {
+		return
+	}
+	t.Run("c-virtio-mem-control-no-release", func(t *testing.T) {
+		resizeOut, err := n.Run(ctx, "node-resizectl resize --clear --wait --timeout 10m 2>&1")
+		if err != nil {
+			t.Fatalf("resize --clear: %v\n%s", err, resizeOut)
+		}
+		mem1 := grow(t)
+		mark := guestNow(t, n)
+		if err := n.SetVirtioMemRequested(ctx, releaseVirtioMem, 0); err != nil {
+			t.Fatal(err)
+		}
+		took, sizes, err := n.WaitVirtioMemSize(ctx, releaseVirtioMem, 0, 2*time.Minute)
+		t.Logf("without a release: requested-size 0: %v after %v (sizes seen %s); MemTotal %s (was %s)", err, took.Round(time.Millisecond), vm.FormatSizes(sizes), mibs(memTotal(t, n)), mibs(mem1))
+		s.timing("c control, no release, nothing pinned: requested-size 0 reached size 0: %v after %v (sizes seen %s)", err == nil, took.Round(time.Millisecond), vm.FormatSizes(sizes))
+		for _, e := range daemonLog(t, n, "kubepods clamped", mark) {
+			t.Logf("journal: %s %q", e.Time().Format("15:04:05.000"), e.Message())
 		}
 	})
 }
