@@ -185,7 +185,7 @@ e2e-node:
 	test/vm/fetch
 	test/node/build
 	test/node/build-runtime
-	cd test && $(GO) test -count=1 -v -timeout 40m -parallel $(NODE_PARALLEL) ./node/
+	cd test && $(GO) test -count=1 -v -timeout 50m -parallel $(NODE_PARALLEL) ./node/
 
 # The kubelet version matrix (test/node/matrix_test.go, build tag matrix):
 # one boot per older kubelet, NODE_PARALLEL at a time; NODE_KUBELETS picks a
