@@ -121,9 +121,21 @@ func NewReleaser(c ReleaserConfig) (*Releaser, error) {
 	}
 	if rec != nil {
 		r.rec = *rec
-		c.Writer.Holds().Hold(rec.CPUs, rec.Blocks)
-		r.log.Info("resumed the record of the planned release", "path", c.RecordPath, "spec", rec.Spec,
-			"cpus", rec.CPUs, "blocks", rec.Blocks)
+		if snap, err := c.FS.Snapshot(); err == nil {
+			// What was removed while the daemon was not running is
+			// gone from the record before anything is held.
+			gone := release.GiveBack(release.Input{Machine: snap, Released: r.rec.set()}).Gone
+			r.rec.CPUs = slices.DeleteFunc(r.rec.CPUs, func(id int) bool { return slices.Contains([]int(gone.CPUs), id) })
+			r.rec.Blocks = slices.DeleteFunc(r.rec.Blocks, func(id int) bool { return slices.Contains(gone.Blocks, id) })
+			if !gone.IsEmpty() {
+				if err := r.save(); err != nil {
+					r.log.Warn("update the release record", "err", err)
+				}
+			}
+		}
+		c.Writer.Holds().Hold(r.rec.CPUs, r.rec.Blocks)
+		r.log.Info("resumed the record of the planned release", "path", c.RecordPath, "spec", r.rec.Spec,
+			"cpus", r.rec.CPUs, "blocks", r.rec.Blocks)
 	}
 	return r, nil
 }
@@ -541,10 +553,15 @@ func (r *Releaser) Released(snap *topology.Snapshot) types.Released {
 	if err != nil {
 		r.log.Warn("read the hotplug details", "err", err)
 	}
+	// What the hypervisor removed leaves the record, and its hold: the
+	// release's expected end. Held, a CPU or block that came back under
+	// the same id (a DIMM plugged into the freed range) would never be
+	// onlined.
+	if gone := release.GiveBack(release.Input{Machine: snap, Hotplug: hp, Released: r.rec.set()}).Gone; !gone.IsEmpty() {
+		r.pruneLocked([]int(gone.CPUs), gone.Blocks)
+	}
 	u := release.Unpluggable(release.Input{Machine: snap, Hotplug: hp, Released: r.rec.set()})
 	out := types.Released{Spec: r.rec.Spec, CPUs: []int(u.CPUs)}
-	gone := release.GiveBack(release.Input{Machine: snap, Hotplug: hp, Released: r.rec.set()}).Gone
-	out.GoneCPUs, out.GoneBlocks = len(gone.CPUs), len(gone.Blocks)
 	present := map[int]bool{}
 	for _, b := range snap.MemoryBlocks {
 		present[b.ID] = b.State == "offline"
@@ -578,6 +595,20 @@ func (r *Releaser) Released(snap *topology.Snapshot) types.Released {
 	}
 	r.cachedSnap, r.cached = snap, out
 	return out
+}
+
+// pruneLocked drops CPUs and blocks from the record and lifts their
+// holds; r.mu is held. A failed save leaves the record on disk as it was
+// (the next start prunes it again) and is logged.
+func (r *Releaser) pruneLocked(cpus, blocks []int) {
+	r.rec.CPUs = slices.DeleteFunc(r.rec.CPUs, func(id int) bool { return slices.Contains(cpus, id) })
+	r.rec.Blocks = slices.DeleteFunc(r.rec.Blocks, func(id int) bool { return slices.Contains(blocks, id) })
+	r.cfg.Writer.Holds().Release(cpus, blocks)
+	r.cachedSnap = nil
+	if err := r.save(); err != nil {
+		r.log.Warn("update the release record", "err", err)
+	}
+	r.log.Info("released CPUs and memory blocks the hypervisor removed leave the record", "cpus", cpus, "blocks", blocks)
 }
 
 // joinShort joins what fell short into one sentence list.

@@ -336,3 +336,45 @@ func TestStaysOnline(t *testing.T) {
 		t.Errorf("no cpu target: %v, want nil (the CPUs online now)", got)
 	}
 }
+
+// What the hypervisor removes leaves the record and its hold, at once and
+// across a restart: a DIMM plugged later into the freed range reuses the
+// block ids, and must come online as any hot-added memory.
+func TestReleasedDevicesTheHypervisorRemovedAreForgotten(t *testing.T) {
+	tree, fsys := releaseMachine(t)
+	k := &kernel{t: t, tree: tree}
+	record := filepath.Join(t.TempDir(), "released.json")
+	r := newTestReleaser(t, k, fsys, record)
+	rep := run(t, func(f func(types.ReleaseReport)) {
+		r.Release(context.Background(), decide.Release{Generation: 1, Capacity: resources.List{resources.Memory: 16 * testBlock}}, nil, f)
+	})
+	if !rep.Done || rep.Short != "" {
+		t.Fatalf("report %+v", rep)
+	}
+	tree.RemoveDIMM(0)
+	snap, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Released(snap); !got.Empty() {
+		t.Errorf("released after the DIMM's removal: %+v", got)
+	}
+	if _, b := k.holds.Held(); len(b) != 0 {
+		t.Errorf("blocks %v still held after their DIMM was removed", b)
+	}
+	// The same range plugged again: nothing holds it.
+	tree.AddDIMM(tt.DIMM{Instance: 1, Blocks: tt.Ints(16, 23)}, 0, tt.BlockOffline, "Movable Normal")
+	if err := k.OnlineBlock(context.Background(), 16, true); err != nil {
+		t.Errorf("online of a re-plugged block: %v", err)
+	}
+
+	// Across a restart: a record that names removed blocks.
+	if err := os.WriteFile(record, []byte(`{"version":1,"blocks":[30,31]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k2 := &kernel{t: t, tree: tree}
+	newTestReleaser(t, k2, fsys, record)
+	if _, b := k2.holds.Held(); len(b) != 0 {
+		t.Errorf("blocks %v that no longer exist held at start", b)
+	}
+}
