@@ -197,7 +197,7 @@ func TestReleaseMetrics(t *testing.T) {
 	rg.wantReleases(map[string]float64{"done": 1})
 
 	// The hypervisor removed PNP0C80:00: its series goes.
-	held.Blocks, held.Devices, held.GoneBlocks = held.Blocks[8:], held.Devices[1:], 8
+	held.Blocks, held.Devices = held.Blocks[8:], held.Devices[1:]
 	f.hold(held)
 	rg.blocks(2)
 	rg.a.pass(rg.ctx)

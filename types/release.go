@@ -39,10 +39,6 @@ type Released struct {
 	Blocks []int `json:"blocks,omitempty"`
 	// Devices are the memory devices with a block among Blocks.
 	Devices []ReleasedDevice `json:"devices,omitempty"`
-	// Gone counts the released CPUs and blocks the hypervisor has removed
-	// since: expected, not a loss.
-	GoneCPUs   int `json:"goneCpus,omitempty"`
-	GoneBlocks int `json:"goneBlocks,omitempty"`
 }
 
 // ReleasedDevice is one memory device (an ACPI memory device such as a
@@ -88,9 +84,6 @@ func (r Released) Summary() string {
 	}
 	if n := len(r.Blocks) - devicesBlocks(r.Devices); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d memory blocks of no memory device", n))
-	}
-	if r.GoneCPUs+r.GoneBlocks > 0 {
-		parts = append(parts, fmt.Sprintf("removed by the hypervisor since: %d cpus, %d memory blocks", r.GoneCPUs, r.GoneBlocks))
 	}
 	return strings.Join(parts, "; ")
 }
