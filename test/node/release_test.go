@@ -263,7 +263,8 @@ func (s *installed) unplugReleasedCPUs(t *testing.T, excl *corev1.Pod, cpuIDs []
 // every block of the DIMM offline, the machine at the boot memory.
 //
 // f-not-enough-movable: a request 512Mi below the boot memory: nothing
-// movable is left online (the boot memory is in zone Normal), so the
+// movable is left online (the boot memory is in a kernel zone: DMA32 on
+// this 2 GiB guest), so the
 // release falls short at once: Accepted at the target, the condition says
 // what could not be released, the kubelet is not restarted (it would
 // publish the larger machine), as a configured capacity below the hardware
@@ -487,7 +488,7 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		}
 		c := capacityCondition(nd)
 		t.Logf("short: %s", describeNode(nd))
-		if c == nil || c.Reason != "Accepted" || !strings.Contains(c.Message, "zone Normal") {
+		if c == nil || c.Reason != "Accepted" || !strings.Contains(c.Message, "(kernel memory") {
 			t.Errorf("condition %+v: want Accepted, naming the kernel zone that holds the rest", c)
 		}
 		if got := memTotal(t, n); got != mem0 {
