@@ -409,7 +409,6 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		return
 	}
 
-	var dimm2 string // e's DIMM: released, given back in d, unplugged under a hog last
 	ok = t.Run("e-kill-between-block-offlines", func(t *testing.T) {
 		guestSh(t, n, `rm -f /var/lib/node-resized/fault-* && sed -i '/^NODE_RESIZED_FAULT=/d' /etc/default/node-resized && echo 'NODE_RESIZED_FAULT=release-block-offlined=kill' >>/etc/default/node-resized && systemctl restart node-resized`)
 		waitNode(t, cs, n.Name(), "Accepted before the fault", time.Minute, func(nd *corev1.Node) bool {
@@ -419,8 +418,7 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		restarts0 := guestSh(t, n, "systemctl show node-resized -p NRestarts --value")
 		kubelet0 := kubeletPID(t, n)
 		mark := guestNow(t, n)
-		var err error
-		if dimm2, err = n.HotAddDIMM(ctx, installedDIMM, 0); err != nil {
+		if _, err := n.HotAddDIMM(ctx, installedDIMM, 0); err != nil {
 			t.Fatal(err)
 		}
 		// The request (the boot memory, with release) holds: the DIMM's
@@ -535,111 +533,7 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 	if !ok {
 		return
 	}
-	if !s.releaseVirtioMem(t, blockSize) {
-		return
-	}
-	t.Run("b-control-dimm-unplug-under-a-hog", func(t *testing.T) { s.unplugUnderHog(t, dimm2, mem0, excl) })
-}
-
-// unplugUnderHog is b's control: the same device_del of a DIMM with a hog
-// running and no release. The second DIMM, adopted by the kubelet, a
-// Burstable pod whose container (memhog) touches more than the
-// allocatable without the DIMM but less than kubepods may hold then, and
-// device_del with no configured capacity: what the guest does (its kernel
-// offlines the DIMM's movable blocks itself, migrating the hog's pages to
-// the boot memory, or refuses the eject), then node-resized's Path B: the
-// clamp first, then the hog evicted, the Guaranteed pod untouched, and no
-// OOM kill (the hog holds less than the clamp).
-func (s *installed) unplugUnderHog(t *testing.T, dimm string, mem0 int64, fits *corev1.Pod) {
-	n, cs := s.n, s.admin
-	ctx := context.Background()
-	pods := cs.CoreV1().Pods("default")
-	want := mem0 + installedDIMM
-	if got := memTotal(t, n); got != want {
-		t.Fatalf("MemTotal %s before the control, want the boot memory and the DIMM, %s", mibs(got), mibs(want))
-	}
-	waitKubepodsMax(t, n, want-installedReserved, 30*time.Second)
-	allocAfter := mem0 - installedReserved - evictionHardMemory
-	clampTo := mem0 - installedReserved
-	target := (allocAfter + clampTo) / 2
-	avail := memInfoBytes(t, n, "MemAvailable")
-	t.Logf("the hog will hold %s: above the allocatable without the DIMM (%s), below kubepods' clamp (%s); MemAvailable %s, %s without the DIMM",
-		mibs(target), mibs(allocAfter), mibs(clampTo), mibs(avail), mibs(avail-installedDIMM))
-	if avail-installedDIMM < target+64*mib {
-		t.Fatalf("no room: the guest uses too much for the hog to hold %s without the DIMM (MemAvailable %s)", mibs(target), mibs(avail))
-	}
-	hog := busyboxPod("hog-control", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
-		corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
-	hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
-	if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	hog = waitPodRunning(t, ctx, cs, hog)
-	hogID := containerID(t, n, hog)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-		logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
-		if strings.Contains(logs, "holding") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
-		}
-	}
-	hogCg := containerCgroup(hog, hogID)
-	events0 := guestSh(t, n, "cat /sys/fs/cgroup/kubepods.slice/memory.events")
-	t.Logf("the hog holds %s (its container's memory.current %s); kubepods memory.events: %s",
-		mibs(target), guestSh(t, n, "cat "+hogCg+"/memory.current"), strings.ReplaceAll(events0, "\n", ", "))
-
-	mark := guestNow(t, n)
-	u0 := time.Now()
-	if err := n.DeviceDel(ctx, dimm); err != nil {
-		t.Fatalf("device_del of the DIMM under the hog, no release: %v (the guest's console: %s)", err, s.n.Dir())
-	}
-	deleted := time.Since(u0)
-	t.Logf("control: the guest let the DIMM go under the hog (DEVICE_DELETED) after %v: its kernel offlined the movable blocks itself, migrating the hog's pages", deleted.Round(time.Millisecond))
-	clamps := waitDaemonLog(t, n, "kubepods clamped", mark, time.Minute)
-	evicted := waitDaemonLog(t, n, "evicted pod", mark, 2*time.Minute)
-	var gone time.Duration
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		if out, _, _ := n.Exec(ctx, "crictl ps -q --label io.kubernetes.pod.uid="+string(hog.UID)); strings.TrimSpace(out) == "" {
-			gone = time.Since(u0)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hog's container still runs 2 min after the unplug")
-		}
-	}
-	clampLat, _ := clamps[0].latency()
-	for _, e := range []JournalEntry{clamps[0], evicted[0]} {
-		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
-	}
-	if !clamps[0].Time().Before(evicted[0].Time()) {
-		t.Errorf("the eviction (%s) before the clamp (%s)", evicted[0].Time().Format("15:04:05.000"), clamps[0].Time().Format("15:04:05.000"))
-	}
-	if len(evicted) != 1 || !strings.Contains(evicted[0].str("POD"), "default/hog-control") {
-		t.Errorf("evicted %d pod(s), the first %q; want only default/hog-control", len(evicted), evicted[0].str("POD"))
-	}
-	if got := kubepodsMax(t, n); got != clampTo {
-		t.Errorf("kubepods.slice MemoryMax %s after the unplug, want the clamp %s", mibs(got), mibs(clampTo))
-	}
-	events1 := guestSh(t, n, "cat /sys/fs/cgroup/kubepods.slice/memory.events")
-	t.Logf("kubepods memory.events after: %s", strings.ReplaceAll(events1, "\n", ", "))
-	if p, err := pods.Get(ctx, hog.Name, metav1.GetOptions{}); err == nil {
-		for _, c := range p.Status.ContainerStatuses {
-			if term := c.State.Terminated; term != nil && term.Reason == "OOMKilled" {
-				t.Errorf("the hog was OOM-killed, not evicted: it held less than the clamp")
-			}
-		}
-	}
-	nd := waitNode(t, cs, n.Name(), "memory capacity without the DIMM", 2*time.Minute, func(nd *corev1.Node) bool {
-		return nd.Status.Capacity.Memory().Value() == mem0
-	})
-	t.Logf("after the unplug: %s", describeNode(nd))
-	if now, err := pods.Get(ctx, fits.Name, metav1.GetOptions{}); err != nil || now.UID != fits.UID || now.DeletionTimestamp != nil || now.Status.ContainerStatuses[0].RestartCount != 0 {
-		t.Errorf("the Guaranteed pod was touched: %v", err)
-	}
-	s.timing("b control: DIMM unplug under a %s hog, no release: device_del->DEVICE_DELETED (the guest migrated the hog's pages) %v; uevent->clamp %v, clamp->eviction logged %v, unplug->container gone %v",
-		mibs(target), deleted.Round(time.Millisecond), clampLat, evicted[0].Time().Sub(clamps[0].Time()).Round(time.Millisecond), gone.Round(time.Millisecond))
+	s.releaseVirtioMem(t, blockSize)
 }
 
 // releaseVirtioMem is c-virtio-mem: the virtio-mem device grown to 512 MiB

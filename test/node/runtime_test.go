@@ -340,6 +340,138 @@ func containerID(t *testing.T, n *Node, pod *corev1.Pod) string {
 	return id
 }
 
+// TestRealRuntimeMemoryHog is a DIMM unplug under a real memory hog:
+// node-resized installed from its deb, a 1 GiB DIMM hot-added and adopted
+// by the kubelet (restarted by node-resized), a Guaranteed pod that fits
+// the smaller machine, and a Burstable pod whose container (test/cmd/memhog)
+// touches more memory than the allocatable without the DIMM but less than
+// kubepods may hold then. The DIMM goes: kubepods is clamped first, then
+// node-resized evicts the hog's pod and its container goes, the Node's
+// allocatable follows, and the Guaranteed pod is untouched. The hog holds
+// less than the clamp, so the kernel has no cause to OOM-kill it: the
+// eviction is what ends it (kubepods' memory.events are reported, and the
+// container must not end OOMKilled).
+func TestRealRuntimeMemoryHog(t *testing.T) {
+	t.Parallel()
+	needRuntime(t)
+	s := relayNodeConfig(t, Config{KubeletConfig: installedKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir},
+		"--auto-online "+relayPolicy)
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("default")
+	defer func() {
+		for _, l := range s.timings {
+			t.Logf("timing: %s", l)
+		}
+	}()
+	mem0 := memTotal(t, n)
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")}
+	fits := busyboxPod("fits", "exec sleep 36000", small, small)
+	fits.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+	if _, err := pods.Create(ctx, fits, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fits = waitPodRunning(t, ctx, cs, fits)
+	fitsID := containerID(t, n, fits)
+
+	// The DIMM, adopted by the kubelet through node-resized's restart.
+	want := mem0 + installedDIMM
+	var dimm string
+	r := s.relayUpscale(t, "DIMM hot-add", func(ctx context.Context) error {
+		var err error
+		dimm, err = hotAddDIMM(ctx, t, n, 1, want)
+		return err
+	}, func(v nodeVersion) bool { return v.mem == want }, fmt.Sprintf("memory=%dKi,", want>>10), 10*time.Second)
+	t.Logf("DIMM hot-add: uevent to the kubelet restarted %v, to Node Ready with it %v", r.restart, r.ready)
+	waitKubepodsMax(t, n, want-installedReserved, 30*time.Second)
+
+	// The hog: above the allocatable without the DIMM, below the clamp.
+	allocAfter := mem0 - installedReserved - evictionHardMemory
+	clampTo := mem0 - installedReserved
+	target := (allocAfter + clampTo) / 2
+	avail := memInfoBytes(t, n, "MemAvailable")
+	t.Logf("the hog will hold %s: above the allocatable without the DIMM (%s), below kubepods' clamp (%s); MemAvailable %s, %s without the DIMM",
+		mibs(target), mibs(allocAfter), mibs(clampTo), mibs(avail), mibs(avail-installedDIMM))
+	if avail-installedDIMM < target+64*mib {
+		t.Fatalf("no room: the guest uses too much for the hog to hold %s without the DIMM (MemAvailable %s)", mibs(target), mibs(avail))
+	}
+	hog := busyboxPod("hog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
+		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
+	hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+	if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hog = waitPodRunning(t, ctx, cs, hog)
+	hogID := containerID(t, n, hog)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
+		if strings.Contains(logs, "holding") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
+		}
+	}
+	hogCg := containerCgroup(hog, hogID)
+	events0 := guestSh(t, n, "cat /sys/fs/cgroup/kubepods.slice/memory.events")
+	t.Logf("the hog holds %s (its container's memory.current %s); kubepods memory.events: %s",
+		mibs(target), guestSh(t, n, "cat "+hogCg+"/memory.current"), strings.ReplaceAll(events0, "\n", ", "))
+
+	// The unplug.
+	mark := guestNow(t, n)
+	u0 := time.Now()
+	if err := n.DeviceDel(ctx, dimm); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("DIMM unplugged (DEVICE_DELETED) after %v", time.Since(u0).Round(time.Millisecond))
+	clamps := waitDaemonLog(t, n, "kubepods clamped", mark, time.Minute)
+	evicted := waitDaemonLog(t, n, "evicted pod", mark, 2*time.Minute)
+	var gone time.Duration
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if out, _, _ := n.Exec(ctx, "crictl ps -q --label io.kubernetes.pod.uid="+string(hog.UID)); strings.TrimSpace(out) == "" {
+			gone = time.Since(u0)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hog's container still runs 2 min after the unplug")
+		}
+	}
+	clampLat, _ := clamps[0].latency()
+	for _, e := range []JournalEntry{clamps[0], evicted[0]} {
+		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+	}
+	if !clamps[0].Time().Before(evicted[0].Time()) {
+		t.Errorf("the eviction (%s) before the clamp (%s)", evicted[0].Time().Format("15:04:05.000"), clamps[0].Time().Format("15:04:05.000"))
+	}
+	if len(evicted) != 1 || !strings.Contains(evicted[0].str("POD"), "default/hog") {
+		t.Errorf("evicted %d pod(s), the first %q; want only default/hog", len(evicted), evicted[0].str("POD"))
+	}
+	if got := kubepodsMax(t, n); got != clampTo {
+		t.Errorf("kubepods.slice MemoryMax %s after the unplug, want the clamp %s", mibs(got), mibs(clampTo))
+	}
+	events1 := guestSh(t, n, "cat /sys/fs/cgroup/kubepods.slice/memory.events")
+	t.Logf("kubepods memory.events after: %s", strings.ReplaceAll(events1, "\n", ", "))
+	if p, err := pods.Get(ctx, hog.Name, metav1.GetOptions{}); err == nil {
+		for _, c := range p.Status.ContainerStatuses {
+			if term := c.State.Terminated; term != nil && term.Reason == "OOMKilled" {
+				t.Errorf("the hog was OOM-killed, not evicted: it held less than the clamp")
+			}
+		}
+	}
+	nd := waitNode(t, cs, n.Name(), "memory capacity without the DIMM", 2*time.Minute, func(nd *corev1.Node) bool {
+		return nd.Status.Capacity.Memory().Value() == mem0
+	})
+	t.Logf("after the unplug: %s", describeNode(nd))
+	now, err := pods.Get(ctx, fits.Name, metav1.GetOptions{})
+	if err != nil || now.UID != fits.UID || now.DeletionTimestamp != nil || now.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("the Guaranteed pod that fits was touched: %v", err)
+	} else if id := containerID(t, n, fits); id != fitsID {
+		t.Errorf("the Guaranteed pod's container is %s, was %s", id, fitsID)
+	}
+	t.Logf("DIMM unplug under a real hog of %s: uevent->clamp %v, clamp->eviction logged %v, unplug->container gone %v",
+		mibs(target), clampLat, evicted[0].Time().Sub(clamps[0].Time()).Round(time.Millisecond), gone.Round(time.Millisecond))
+}
+
 // TestRealRuntimeCPUWeight: two Burstable pods whose containers spin on
 // CPU, one requesting 100m and one 400m, before and after the machine
 // loses two of its three CPUs. Their pod cgroups' cpu.weight is the
