@@ -2,7 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"slices"
 )
 
 // NotRemovable reads memoryN/removable of every memory block and returns
@@ -12,24 +11,12 @@ import (
 // without it is not listed. Whether one block will really go offline is
 // only known by trying.
 func (fs FS) NotRemovable() ([]int, error) {
-	if err := fs.ready(); err != nil {
+	ids, err := fs.blockIDs()
+	if err != nil {
 		return nil, err
 	}
 	r := getReader()
 	defer putReader(r)
-	var ids []int
-	err := r.scan(r.at(fs.memDir, -1, ""), func(name []byte) {
-		if id, ok := numberedName(name, "memory"); ok {
-			ids = append(ids, id)
-		}
-	})
-	if err != nil {
-		if isNotExist(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	slices.Sort(ids)
 	var not []int
 	for _, id := range ids {
 		p := r.at2(fs.memDir, -1, "/memory", id, "/removable")
