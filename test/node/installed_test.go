@@ -77,6 +77,7 @@ func TestInstalledPackage(t *testing.T) {
 		Name:          name,
 		KubeletConfig: installedKubeletConfig,
 		QEMUArgs:      []string{"-device", "virtio-balloon-pci,id=balloon0"},
+		UnplugCPUs:    true, // g-layer1-scheduler
 	})
 	t.Logf("boot: guest agent after %v, Node Ready after %v",
 		s.n.AgentReadyTime().Round(time.Millisecond), s.n.ReadyTime().Round(time.Millisecond))

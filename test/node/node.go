@@ -94,8 +94,12 @@ type Config struct {
 	MaxMem  uint64
 	Slots   int
 	NUMA    []vm.NUMANode
-	// Accel is QEMU's -accel; default $NODE_RESIZED_VM_ACCEL, else tcg.
+	// Accel is QEMU's -accel; default $NODE_RESIZED_VM_ACCEL, else
+	// test/vm's default (single-threaded TCG, or multi-threaded with
+	// UnplugCPUs).
 	Accel string
+	// UnplugCPUs: the test will unplug a hot-added CPU (vm.Config).
+	UnplugCPUs bool
 	// Append is added to the kernel command line.
 	Append string
 	// OverlaySize is the size of the tmpfs that holds every write to the
@@ -433,20 +437,21 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	bctx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
 	defer cancel()
 	n.VM, err = vm.Boot(bctx, vm.Config{
-		Kernel:    cfg.Kernel.Image,
-		Initramfs: n.initrd,
-		Accel:     cfg.Accel,
-		Dir:       n.dir,
-		CPUs:      cfg.CPUs,
-		MaxCPUs:   cfg.MaxCPUs,
-		Mem:       cfg.Mem,
-		MaxMem:    cfg.MaxMem,
-		Slots:     cfg.Slots,
-		NUMA:      cfg.NUMA,
-		Append:    append_,
-		UserNet:   true,
-		VirtioMem: cfg.VirtioMem,
-		ExtraArgs: cfg.QEMUArgs,
+		Kernel:     cfg.Kernel.Image,
+		Initramfs:  n.initrd,
+		Accel:      cfg.Accel,
+		UnplugCPUs: cfg.UnplugCPUs,
+		Dir:        n.dir,
+		CPUs:       cfg.CPUs,
+		MaxCPUs:    cfg.MaxCPUs,
+		Mem:        cfg.Mem,
+		MaxMem:     cfg.MaxMem,
+		Slots:      cfg.Slots,
+		NUMA:       cfg.NUMA,
+		Append:     append_,
+		UserNet:    true,
+		VirtioMem:  cfg.VirtioMem,
+		ExtraArgs:  cfg.QEMUArgs,
 		Shares: []vm.Share{
 			{Tag: rootTag, Path: "/", ReadOnly: true},
 			{Tag: outTag, Path: outDir},

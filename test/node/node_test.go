@@ -34,7 +34,7 @@ func TestNodeReady(t *testing.T) {
 	const name = "node-1"
 	needKernel(t)
 	c := startCluster(t, name)
-	n := bootNode(t, c, Config{Name: name})
+	n := bootNode(t, c, Config{Name: name, UnplugCPUs: true}) // checkCPUHotplug
 	t.Logf("boot: guest agent after %v, Node Ready after %v",
 		n.AgentReadyTime().Round(time.Millisecond), n.ReadyTime().Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -14,7 +15,7 @@ func TestDefaultsAndArgs(t *testing.T) {
 	}
 	args := strings.Join(qemuArgs(c, "/d/console.log", "/s/qmp.sock", "/s/agent.sock"), " ")
 	for _, want := range []string{
-		"-M q35 -accel tcg -cpu max",
+		"-M q35 -accel tcg,thread=single -cpu max",
 		"-smp 1,maxcpus=4,sockets=4,cores=1,threads=1",
 		"-m 512M,slots=4,maxmem=4096M",
 		"-object memory-backend-ram,id=m0,size=512M -numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3 ",
@@ -30,6 +31,19 @@ func TestDefaultsAndArgs(t *testing.T) {
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args lack %q:\n%s", want, args)
+		}
+	}
+
+	c = Config{Kernel: "k", Initramfs: "i", UnplugCPUs: true}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(qemuArgs(c, "c", "q", "a"), " "); !strings.Contains(args, "-accel tcg -cpu max") {
+		t.Errorf("a guest whose CPUs are unplugged runs single-threaded TCG:\n%s", args)
+	}
+	for accel, want := range map[string]bool{"tcg,thread=single": true, "tcg": false, "tcg,thread=multi": false, "kvm": false, "tcg,tb-size=256,thread=single": true} {
+		if got := singleThreaded(accel); got != want {
+			t.Errorf("singleThreaded(%q) = %v, want %v", accel, got, want)
 		}
 	}
 
@@ -167,5 +181,15 @@ func TestVirtioMemArgs(t *testing.T) {
 		if err := c.setDefaults(); err == nil {
 			t.Errorf("%s: setDefaults accepted %+v", name, bad)
 		}
+	}
+}
+
+// A CPU's unplug is refused at once under single-threaded TCG, whose QEMU
+// would abort; a DIMM's is not.
+func TestDeviceDelCPUNeedsMultiThreadedTCG(t *testing.T) {
+	v := &VM{cfg: Config{Accel: "tcg,thread=single"}}
+	err := v.DeviceDel(context.Background(), "nr-cpu3")
+	if err == nil || !strings.Contains(err.Error(), "UnplugCPUs") {
+		t.Errorf("DeviceDel of a CPU under %s: %v, want a refusal naming UnplugCPUs", v.cfg.Accel, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -41,6 +42,26 @@ func (v *VM) QueryHotpluggableCPUs(ctx context.Context) ([]HotpluggableCPU, erro
 // slot.
 var ErrNoFreeSlot = errors.New("no free slot")
 
+// cpuKind names HotAddCPU's devices: their ids start with cpuIDPrefix.
+const (
+	cpuKind     = "cpu"
+	cpuIDPrefix = "nr-" + cpuKind
+)
+
+// singleThreaded says whether an -accel value is single-threaded TCG.
+func singleThreaded(accel string) bool {
+	name, opts, _ := strings.Cut(accel, ",")
+	if name != "tcg" {
+		return false
+	}
+	for _, o := range strings.Split(opts, ",") {
+		if o == "thread=single" {
+			return true
+		}
+	}
+	return false
+}
+
 func (v *VM) newID(kind string) string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -62,7 +83,7 @@ func (v *VM) HotAddCPU(ctx context.Context, nodeID int) (string, error) {
 	if slot == nil {
 		return "", fmt.Errorf("hot-add cpu on node %d: %w", nodeID, ErrNoFreeSlot)
 	}
-	id := v.newID("cpu")
+	id := v.newID(cpuKind)
 	args, err := cpuDeviceArgs(*slot, id)
 	if err != nil {
 		return "", fmt.Errorf("hot-add cpu on node %d: %w", nodeID, err)
@@ -155,6 +176,9 @@ const (
 // ctx, DefaultDelTimeout applies. The memory backend of a DIMM is removed
 // too.
 func (v *VM) DeviceDel(ctx context.Context, id string) error {
+	if strings.HasPrefix(id, cpuIDPrefix) && singleThreaded(v.cfg.Accel) {
+		return fmt.Errorf("unplug %s: a CPU's unplug aborts QEMU under single-threaded TCG (-accel %s); boot the guest with Config.UnplugCPUs", id, v.cfg.Accel)
+	}
 	ctx, cancel := withDefaultTimeout(ctx, DefaultDelTimeout)
 	defer cancel()
 	w := v.qmp.Expect(func(ev Event) bool { return deviceGone(ev, id) || ejectRefused(ev, id) != nil })

@@ -83,7 +83,7 @@ func bootVM(t *testing.T, files []File, setup string) *VM {
 	defer cancel()
 	// NODE_RESIZED_VM_ACCEL overrides QEMU's -accel, e.g. "kvm" where
 	// (nested) KVM works.
-	v, err := Boot(ctx, Config{Kernel: k.Image, Initramfs: initrd, Dir: dir, Accel: os.Getenv("NODE_RESIZED_VM_ACCEL")})
+	v, err := Boot(ctx, Config{Kernel: k.Image, Initramfs: initrd, Dir: dir, Accel: os.Getenv("NODE_RESIZED_VM_ACCEL"), UnplugCPUs: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,10 +68,12 @@ func TestScenarios(t *testing.T) {
 		Initramfs: env.initramfs,
 		Dir:       dir,
 		Accel:     os.Getenv("NODE_RESIZED_VM_ACCEL"),
-		CPUs:      1,
-		MaxCPUs:   4,
-		Mem:       512 << 20,
-		Slots:     4,
+		// cpu-hot-unplug unplugs the CPU hot-added in cpu-hot-add.
+		UnplugCPUs: true,
+		CPUs:       1,
+		MaxCPUs:    4,
+		Mem:        512 << 20,
+		Slots:      4,
 		// The DIMMs' 3.5 GiB of room plus the virtio-mem device's: QEMU
 		// counts its backend against maxmem.
 		MaxMem:    4<<30 + virtioMemDevice.Size,
