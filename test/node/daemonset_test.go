@@ -45,7 +45,8 @@ const (
 	capSysAdmin = 21
 )
 
-// TestDaemonSetOnRealNode runs the shipped DaemonSet (packaging/kubernetes,
+// TestDaemonSetOnRealNode first runs a real pod on the node as booted
+// (real-runtime-pod, see realRuntimePod), then the shipped DaemonSet (packaging/kubernetes,
 // applied as `kubectl apply -k` would with the image set by kustomize) on
 // the node VM with the real container runtime and no node-resized package
 // on the host, against a control plane with the DaemonSet controller: the
@@ -81,6 +82,11 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	}
 	if s := guestSh(t, n, "test -e /usr/bin/node-resized && echo installed || echo absent"); s != "absent" {
 		t.Fatalf("node-resized is installed on the host (%s): the DaemonSet must be the only one", s)
+	}
+	// The real runtime first, on the node as booted: the one boot serves
+	// both (realRuntimePod).
+	if !t.Run("real-runtime-pod", func(t *testing.T) { realRuntimePod(t, n, c) }) {
+		t.FailNow()
 	}
 
 	// The shipped manifests, the image set.

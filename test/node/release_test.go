@@ -44,12 +44,30 @@ const releaseQuiet = 2 * time.Minute
 // of both CPUs ends in DEVICE_DELETED, with no Warning event, no eviction,
 // and the Node's capacity unchanged (after the memory scenarios, see
 // unplugReleasedCPUs). Then releaseMemory's scenarios.
+//
+// b-dimm-control-no-release runs beside them on a node of its own
+// (dimmUnplugUnderHog): the same DIMM device_del under a hog, without a
+// release.
 func TestPlannedRelease(t *testing.T) {
 	t.Parallel()
+	t.Run("release", func(t *testing.T) {
+		t.Parallel()
+		plannedRelease(t)
+	})
+	t.Run("b-dimm-control-no-release", func(t *testing.T) {
+		t.Parallel()
+		dimmUnplugUnderHog(t)
+	})
+}
+
+// plannedRelease is TestPlannedRelease's node with release enabled, its
+// scenarios in order (see TestPlannedRelease).
+func plannedRelease(t *testing.T) {
 	needRuntime(t)
 	bin := buildFaultDaemon(t) // e kills the daemon between two block offlines
 	s := relayNodeConfig(t, Config{KubeletConfig: releaseKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir,
-		VirtioMem: []vm.VirtioMemDevice{{ID: releaseVirtioMem, Node: 0, Size: 1 << 30}}},
+		VirtioMem:  []vm.VirtioMemDevice{{ID: releaseVirtioMem, Node: 0, Size: 1 << 30}},
+		UnplugCPUs: true}, // a-cpus-unplugged
 		"--auto-online --release "+relayPolicy)
 	n, cs := s.n, s.admin
 	guestSh(t, n, "cp '"+bin+"' /usr/bin/node-resized.new && mv -f /usr/bin/node-resized.new /usr/bin/node-resized && systemctl restart node-resized")
@@ -543,8 +561,12 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 // the DIMM unpluggable), and the host's lowering of requested-size to 0
 // then reaches size 0 (QMP qom-get), within a bound reported, with no
 // Warning and the Node unchanged. The control: grown again, the request
-// removed, and requested-size lowered to 0 without a release: what the
-// driver did, and what node-resized did (a loss of hardware it follows).
+// removed, a hog holding about the free movable memory, and requested-size
+// lowered to 0 without a release: what the driver did (it migrates the
+// hog's pages out of the device, reported with its time against the
+// release's), and what node-resized did (a loss of hardware it follows:
+// the clamp, the Node at the smaller memory, the hog, which still fits,
+// left alone).
 func (s *installed) releaseVirtioMem(t *testing.T, blockSize int64) bool {
 	n, cs := s.n, s.admin
 	ctx := context.Background()
@@ -654,15 +676,65 @@ func (s *installed) releaseVirtioMem(t *testing.T, blockSize int64) bool {
 			t.Fatalf("resize --clear: %v\n%s", err, resizeOut)
 		}
 		mem1 := grow(t)
+		// The hog: about as much as the free movable memory (the given
+		// back DIMM's and the device's), so that part of it lies in the
+		// device's (ZONE_MOVABLE is filled first, the kernel zones after
+		// it), and 512Mi less than what is left without the device, so
+		// that it can move there and still fits the smaller machine.
+		avail := memInfoBytes(t, n, "MemAvailable")
+		target := avail - half - 512*mib
+		if limit := kubepodsMax(t, n) - half - 512*mib; target > limit {
+			target = limit
+		}
+		if target < 256*mib {
+			t.Fatalf("no room for a hog: MemAvailable %s", mibs(avail))
+		}
+		pods := cs.CoreV1().Pods("default")
+		hog := busyboxPod("vhog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
+			corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
+		hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		hog = waitPodRunning(t, ctx, cs, hog)
+		hogID := containerID(t, n, hog)
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+			logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
+			if strings.Contains(logs, "holding") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
+			}
+		}
+		t.Logf("the hog holds %s (MemAvailable was %s with the device's %s)", mibs(target), mibs(avail), mibs(half))
 		mark := guestNow(t, n)
 		if err := n.SetVirtioMemRequested(ctx, releaseVirtioMem, 0); err != nil {
 			t.Fatal(err)
 		}
-		took, sizes, err := n.WaitVirtioMemSize(ctx, releaseVirtioMem, 0, 2*time.Minute)
-		t.Logf("without a release: requested-size 0: %v after %v (sizes seen %s); MemTotal %s (was %s)", err, took.Round(time.Millisecond), vm.FormatSizes(sizes), mibs(memTotal(t, n)), mibs(mem1))
-		s.timing("c control, no release, nothing pinned: requested-size 0 reached size 0: %v after %v (sizes seen %s)", err == nil, took.Round(time.Millisecond), vm.FormatSizes(sizes))
-		for _, e := range daemonLog(t, n, "kubepods clamped", mark) {
-			t.Logf("journal: %s %q", e.Time().Format("15:04:05.000"), e.Message())
+		took, sizes, err := n.WaitVirtioMemSize(ctx, releaseVirtioMem, 0, 3*time.Minute)
+		t.Logf("without a release, a hog of %s: requested-size 0: %v after %v (sizes seen %s); MemTotal %s (was %s)",
+			mibs(target), err, took.Round(time.Millisecond), vm.FormatSizes(sizes), mibs(memTotal(t, n)), mibs(mem1))
+		s.timing("c control, no release, a hog of %s: requested-size 0 reached size 0: %v after %v (sizes seen %s)", mibs(target), err == nil, took.Round(time.Millisecond), vm.FormatSizes(sizes))
+		if dm := guestSh(t, n, "dmesg | grep -i virtio_mem | tail -5 || true"); dm != "" {
+			t.Logf("the guest's kernel:\n%s", dm)
+		}
+		// node-resized follows what the driver took as a loss: the
+		// kubepods clamp, the Node at the smaller memory; the hog, which
+		// still fits, is left alone.
+		clamps := waitDaemonLog(t, n, "kubepods clamped", mark, time.Minute)
+		for _, e := range clamps {
+			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+		}
+		now := memTotal(t, n)
+		waitNode(t, cs, n.Name(), "the Node at the memory the driver left", 2*time.Minute, func(nd *corev1.Node) bool {
+			return nd.Status.Capacity.Memory().Value() == now
+		})
+		if ev := daemonLog(t, n, "evicted pod", mark); len(ev) > 0 {
+			t.Errorf("node-resized evicted %d pod(s); the hog fits the smaller machine", len(ev))
+		}
+		if p, err := pods.Get(ctx, hog.Name, metav1.GetOptions{}); err != nil || p.UID != hog.UID || p.DeletionTimestamp != nil || p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("the hog after the host took the device's memory: %v", err)
 		}
 	})
 }

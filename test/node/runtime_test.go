@@ -19,24 +19,19 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/test/cluster"
 )
 
-// TestRealRuntimePod boots the node on the real container runtime
+// realRuntimePod is the first step of TestDaemonSetOnRealNode, on its node
+// before the DaemonSet: the node booted on the real container runtime
 // (containerd, runc and the CNI bridge, test/node/build-runtime) instead of
-// the fake one, and runs a real container: the Node reports containerd as
-// its runtime and becomes Ready; a busybox pod's container is a process in
-// its own cgroup under the pod's slice, with an address of its own on the
-// pod network, serving a page that the node fetches from that address;
-// crictl lists it.
-func TestRealRuntimePod(t *testing.T) {
-	t.Parallel()
-	const name = "node-rt"
-	needKernel(t)
-	needRuntime(t)
-	c := startCluster(t, name)
-	n := bootNode(t, c, Config{Name: name, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir})
-	t.Logf("boot: guest agent after %v, Node Ready after %v",
-		n.AgentReadyTime().Round(time.Millisecond), n.ReadyTime().Round(time.Millisecond))
+// the fake one runs a real container: the Node reports containerd as its
+// runtime and is Ready; a busybox pod's container is a process in its own
+// cgroup under the pod's slice, with an address of its own on the pod
+// network, serving a page that the node fetches from that address; crictl
+// lists it. The pod is deleted at the end.
+func realRuntimePod(t *testing.T, n *Node, c *cluster.Cluster) {
+	name := n.Name()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -106,6 +101,7 @@ func TestRealRuntimePod(t *testing.T) {
 	if err != nil || strings.TrimSpace(page) != "hello from web" {
 		t.Errorf("fetching the pod's page from the node: %q, %v; want \"hello from web\"", page, err)
 	}
+	deletePod(t, admin, pod.Name)
 }
 
 // needRuntime fails the test when the real runtime could not be built.
@@ -340,7 +336,8 @@ func containerID(t *testing.T, n *Node, pod *corev1.Pod) string {
 	return id
 }
 
-// TestRealRuntimeMemoryHog is a DIMM unplug under a real memory hog:
+// dimmUnplugUnderHog is TestPlannedRelease's control for b-dimm, on a node
+// of its own: a DIMM unplug under a real memory hog, with no release:
 // node-resized installed from its deb, a 1 GiB DIMM hot-added and adopted
 // by the kubelet (restarted by node-resized), a Guaranteed pod that fits
 // the smaller machine, and a Burstable pod whose container (test/cmd/memhog)
@@ -350,9 +347,10 @@ func containerID(t *testing.T, n *Node, pod *corev1.Pod) string {
 // allocatable follows, and the Guaranteed pod is untouched. The hog holds
 // less than the clamp, so the kernel has no cause to OOM-kill it: the
 // eviction is what ends it (kubepods' memory.events are reported, and the
-// container must not end OOMKilled).
-func TestRealRuntimeMemoryHog(t *testing.T) {
-	t.Parallel()
+// container must not end OOMKilled). What the guest does: its kernel
+// offlines the DIMM's blocks itself, migrating the hog's pages to the
+// boot memory, and QEMU reports DEVICE_DELETED.
+func dimmUnplugUnderHog(t *testing.T) {
 	needRuntime(t)
 	s := relayNodeConfig(t, Config{KubeletConfig: installedKubeletConfig, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir},
 		"--auto-online "+relayPolicy)
