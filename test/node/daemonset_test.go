@@ -137,7 +137,7 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	guestSh(t, n, "echo 1 > /sys/devices/system/cpu/cpu"+cpu+"/online")
 	t.Logf("CPU %s hot-added (%s) and onlined", cpu, dev)
 	var patched, restarted time.Duration
-	nd = waitNode(t, admin, name, "the hot-added CPU in the Node's capacity, the kubelet restarted and Ready", 3*time.Minute, func(nd *corev1.Node) bool {
+	waitNode(t, admin, name, "the hot-added CPU in the Node's capacity, the kubelet restarted and Ready", 3*time.Minute, func(nd *corev1.Node) bool {
 		if patched == 0 && nd.Status.Capacity.Cpu().Value() == cpus0+1 {
 			patched = time.Since(t0)
 		}
