@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -498,6 +499,31 @@ func (r *Releaser) giveBack(ctx context.Context) string {
 		online(-1, b.ID)
 	}
 	return joinShort(failed)
+}
+
+// GiveBackAll brings back online, in the caller's goroutine, what the
+// record names and the machine still has, then removes the record once it
+// names nothing: node-resized --uninstall, run with no daemon, leaves no
+// hardware offline that node-resized took. It returns what the record
+// named and, when something could not be brought back, what and why (it
+// stays in the record).
+func (r *Releaser) GiveBackAll(ctx context.Context) (named release.Set, short string, err error) {
+	r.Stop()
+	r.mu.Lock()
+	named = r.rec.set()
+	r.mu.Unlock()
+	if !named.IsEmpty() {
+		short = r.giveBack(ctx)
+	}
+	r.mu.Lock()
+	left := r.rec.set()
+	r.mu.Unlock()
+	if left.IsEmpty() && r.cfg.RecordPath != "" {
+		if err := os.Remove(r.cfg.RecordPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return named, short, fmt.Errorf("remove the release record: %w", err)
+		}
+	}
+	return named, short, nil
 }
 
 // StaysOnline says which of snap's online CPUs a release to target's cpu

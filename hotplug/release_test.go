@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -376,5 +377,51 @@ func TestReleasedDevicesTheHypervisorRemovedAreForgotten(t *testing.T) {
 	newTestReleaser(t, k2, fsys, record)
 	if _, b := k2.holds.Held(); len(b) != 0 {
 		t.Errorf("blocks %v that no longer exist held at start", b)
+	}
+}
+
+// --uninstall, with no daemon running: a Releaser started from the record
+// brings back online what it names and the machine still has (not what
+// someone else took offline), then removes the record; a second run finds
+// nothing to do.
+func TestGiveBackAllFromTheRecord(t *testing.T) {
+	tree, fsys := releaseMachine(t)
+	k := &kernel{t: t, tree: tree}
+	record := filepath.Join(t.TempDir(), "released.json")
+	r := newTestReleaser(t, k, fsys, record)
+	rep := run(t, func(f func(types.ReleaseReport)) {
+		r.Release(context.Background(), decide.Release{Generation: 1, Capacity: resources.List{resources.CPU: 2000, resources.Memory: 16 * testBlock}}, nil, f)
+	})
+	if !rep.Done || rep.Short != "" {
+		t.Fatalf("release: %+v", rep)
+	}
+	r.Stop()
+	tree.SetCPUOnline(1, false) // someone else's offline
+
+	k2 := &kernel{t: t, tree: tree}
+	r2 := newTestReleaser(t, k2, fsys, record)
+	named, short, err := r2.GiveBackAll(context.Background())
+	if err != nil || short != "" {
+		t.Fatalf("GiveBackAll: %q, %v", short, err)
+	}
+	if named.CPUs.String() != "2-3" || len(named.Blocks) != 8 {
+		t.Errorf("named %+v, want cpus 2-3 and the DIMM's 8 blocks", named)
+	}
+	snap, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on := snap.CPUs.Online.String(); on != "0,2-3" {
+		t.Errorf("online CPUs %s after the give back, want 0,2-3 (cpu1 was not ours)", on)
+	}
+	if tree.MemTotalKB() != 24*testBlock>>10 {
+		t.Errorf("MemTotal %d KiB after the give back, want the whole machine", tree.MemTotalKB())
+	}
+	if _, err := os.Stat(record); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the record is still there after everything was given back: %v", err)
+	}
+	r3 := newTestReleaser(t, &kernel{t: t, tree: tree}, fsys, record)
+	if named, short, err := r3.GiveBackAll(context.Background()); !named.IsEmpty() || short != "" || err != nil {
+		t.Errorf("a second run: %+v %q %v, want nothing", named, short, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/decide"
+	"github.com/node-resized/node-resized/hotplug"
 	"github.com/node-resized/node-resized/internal/capped"
 	"github.com/node-resized/node-resized/kube"
 	"github.com/node-resized/node-resized/kube/nrt"
@@ -42,7 +44,8 @@ type uninstaller struct {
 }
 
 // uninstall undoes, one item after the other, each one that can be done
-// even when another failed: the kubepods limits, the Node's condition and
+// even when another failed: what a planned release took offline, the
+// kubepods limits, the Node's condition and
 // taint (its capacity is the kubelet's), its NodeResourceTopology object,
 // an event, the state file. It
 // refuses to run beside a running daemon, which would put back what it
@@ -52,7 +55,11 @@ func uninstall(ctx context.Context, o *options, log *slog.Logger, out io.Writer)
 		return fmt.Errorf("--uninstall: node-resized is running (its socket %s answers) and would put back what this removes: stop it first (systemctl stop node-resized)", o.socket)
 	}
 	u := &uninstaller{o: o, log: log, out: out, dropIn: plainDropIn}
-	done, err := u.restoreKubepods(ctx)
+	// What a planned release took offline comes back first, so that the
+	// kubepods limits below are the whole machine's.
+	done, err := u.giveBackReleased(ctx)
+	u.report("released hardware", done, err)
+	done, err = u.restoreKubepods(ctx)
 	u.report("kubepods", done, err)
 	if !o.standalone {
 		u.removeFromNode(ctx)
@@ -75,6 +82,44 @@ func (u *uninstaller) report(item, done string, err error) {
 		return
 	}
 	fmt.Fprintf(u.out, "%s: %s\n", item, done)
+}
+
+// giveBackReleased brings back online what a planned release took offline
+// and the machine still has (the release's record beside the state file),
+// and removes the record.
+func (u *uninstaller) giveBackReleased(ctx context.Context) (string, error) {
+	o := u.o
+	path := filepath.Join(filepath.Dir(o.stateFile), hotplug.RecordFile)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return "none released (no " + path + ")", nil
+	}
+	fsys, err := topology.NewFS(o.sysfsRoot, o.procfsRoot)
+	if err != nil {
+		return "", err
+	}
+	w := hotplug.NewWriter(o.sysfsRoot, hotplug.Config{BlockTimeout: o.offlineTimeout, CPUTimeout: o.offlineTimeout})
+	r, err := hotplug.NewReleaser(hotplug.ReleaserConfig{FS: fsys, Writer: w, RecordPath: path, Logger: u.log})
+	if err != nil {
+		return "", fmt.Errorf("the release record: %w", err)
+	}
+	named, short, err := r.GiveBackAll(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case short != "":
+		return "", fmt.Errorf("not brought back online: %s (%s keeps what is left)", short, path)
+	case named.IsEmpty():
+		return "none released; removed " + path, nil
+	}
+	var what []string
+	if len(named.CPUs) > 0 {
+		what = append(what, "cpus "+named.CPUs.String())
+	}
+	if len(named.Blocks) > 0 {
+		what = append(what, fmt.Sprintf("%d memory blocks", len(named.Blocks)))
+	}
+	return "the planned release's record named " + strings.Join(what, " and ") +
+		": what the machine still has of them is online again, and the kubelet publishes it once restarted (systemctl restart kubelet); removed " + path, nil
 }
 
 // restoreKubepods sets the kubepods limits to what the kubelet writes for

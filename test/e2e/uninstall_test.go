@@ -146,7 +146,7 @@ func TestUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--uninstall: %v\n%s", err, out)
 	}
-	for _, want := range []string{"kubepods: set to what the kubelet writes for the machine as it is", "condition: removed CapacityConfigured",
+	for _, want := range []string{"released hardware: none released", "kubepods: set to what the kubelet writes for the machine as it is", "condition: removed CapacityConfigured",
 		"taint: Node " + nodeUninst + " does not carry", "event: recorded Normal NodeResizedRemoved", "state: removed " + state} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--uninstall output does not say %q", want)
