@@ -36,8 +36,10 @@ const releaseQuiet = 2 * time.Minute
 // node-resized installed from its deb with --release.
 //
 // a-cpus: 2 boot CPUs, a Guaranteed pod holding CPU 1 exclusively, 2 CPUs
-// hot-added (the kubelet restarted onto 4). node-resizectl resize --cpu 2
-// --release --wait: the two hot-added CPUs go offline, the pod keeps its
+// hot-added (the kubelet restarted onto 4), and a second Guaranteed pod
+// on one of them. node-resizectl resize --cpu 2 --release --wait: the
+// second pod is evicted first (its exclusive CPU is one the release
+// takes), then the two hot-added CPUs go offline, the first pod keeps its
 // CPU (in the checkpoint and in its container's cgroup), the kubelet is
 // restarted onto 2 CPUs and itself publishes them, Accepted; then the
 // daemon writes nothing to the Node for releaseQuiet. Last, QMP device_del
@@ -111,6 +113,23 @@ func plannedRelease(t *testing.T) {
 		return nil
 	}, func(v nodeVersion) bool { return v.cpu == 4000 }, "cpu=4,", 10*time.Second)
 
+	// A second Guaranteed pod takes one of the hot-added CPUs: the
+	// release to 2 CPUs must take it, so the pod is evicted first.
+	excl2 := busyboxPod("excl2", "exec sleep 36000", one, one)
+	excl2.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+	if _, err := pods.Create(ctx, excl2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	excl2 = waitPodRunning(t, ctx, cs, excl2)
+	var held2 string
+	for deadline := time.Now().Add(30 * time.Second); held2 == "" && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		st, _ := readCPUState(t, n, cpuManagerState)
+		held2 = st.Entries[string(excl2.UID)]["c"]
+	}
+	if held2 != "2" && held2 != "3" {
+		t.Fatalf("the second Guaranteed pod holds CPUs %q, want a hot-added one (2 or 3)", held2)
+	}
+
 	var releaseMark time.Time
 	t.Run("a-cpus", func(t *testing.T) {
 		mark := guestNow(t, n)
@@ -153,6 +172,20 @@ func plannedRelease(t *testing.T) {
 		if len(released) != 2 || released[0].str("CPU_ID") != "3" || released[1].str("CPU_ID") != "2" {
 			t.Fatalf("%d CPUs released, want cpu 3 then cpu 2", len(released))
 		}
+		// The pod on a CPU the release takes went first, by the
+		// evictor's rule for exclusive CPUs, before any CPU went offline.
+		evicted := daemonLog(t, n, "evicted pod", mark)
+		for _, e := range evicted {
+			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+		}
+		if len(evicted) != 1 || evicted[0].str("POD") != "default/excl2" {
+			t.Fatalf("evicted %d pod(s), want only default/excl2 (CPU %s, which the release takes)", len(evicted), held2)
+		}
+		if !evicted[0].Time().Before(released[0].Time()) {
+			t.Errorf("excl2 evicted at %s, after the first CPU offline at %s", evicted[0].Time().Format("15:04:05.000"), released[0].Time().Format("15:04:05.000"))
+		}
+		s.timing("a release: excl2 (CPU %s) evicted %v before the first CPU offline (%s)", held2,
+			released[0].Time().Sub(evicted[0].Time()).Round(time.Millisecond), evicted[0].str("WHY"))
 		if !asked[0].Time().Before(released[0].Time()) || !released[1].Time().Before(restarted[0].Time()) {
 			t.Errorf("order: release asked %s, CPUs offline %s and %s, kubelet restarted %s", asked[0].Time().Format("15:04:05.000"),
 				released[0].Time().Format("15:04:05.000"), released[1].Time().Format("15:04:05.000"), restarted[0].Time().Format("15:04:05.000"))
@@ -177,7 +210,9 @@ func plannedRelease(t *testing.T) {
 		evs := nodeEvents(t, s, mark.Add(-off))
 		var releasedEvents int
 		for _, e := range evs {
-			if e.Type == corev1.EventTypeWarning {
+			// excl2's eviction is the one Warning (the evictor's
+			// NodeCapacityExceeded, on the pod).
+			if e.Type == corev1.EventTypeWarning && !(e.Reason == "NodeCapacityExceeded" && e.Regarding.Name == excl2.Name) {
 				t.Errorf("Warning event %s: %s", e.Reason, e.Note)
 			}
 			if e.Reason == "CapacityReleased" {
