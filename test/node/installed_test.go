@@ -879,9 +879,9 @@ func (s *installed) balloon(t *testing.T) {
 	mt0 := memTotal(t, n)
 	max0 := kubepodsMax(t, n)
 	// A guest-side sampler: a line "ns MemTotal(kB) memory.max" at each
-	// change, every 20 ms, until the clamp matches MemTotal for 2 s or 40 s
-	// pass.
-	script := fmt.Sprintf(`last=; stable=0; end=$(( $(date +%%s) + 40 ))
+	// change, every 20 ms, until the clamp matches MemTotal for 2 s or
+	// 150 s pass (the inflation itself took 50 s on a loaded host).
+	script := fmt.Sprintf(`last=; stable=0; end=$(( $(date +%%s) + 150 ))
 while [ "$(date +%%s)" -lt "$end" ]; do
 	mt=$(sed -n 's/^MemTotal: *\([0-9]*\) kB/\1/p' /proc/meminfo)
 	mm=$(cat /sys/fs/cgroup/kubepods.slice/memory.max)
@@ -897,7 +897,7 @@ done`, mt0-balloonBy+100*mib, installedReserved)
 	done := make(chan res, 1)
 	mark := guestNow(t, n)
 	go func() {
-		c, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		c, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
 		out, err := n.Run(c, script)
 		done <- res{out, err}
