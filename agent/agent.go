@@ -150,6 +150,13 @@ type Config struct {
 	Restarter      KubeletRestarter
 	KubeletUnit    string
 	AfterRestart   func()
+	// StatusSettled, when set, returns a channel closed once the Node
+	// status patch under way has been answered (nil when none is under
+	// way). A kubelet restart waits for it, at most StatusBeforeRestart,
+	// so that the Node shows the capacity the kubelet is restarted for
+	// before the kubelet goes down: a slow patch does not fall behind the
+	// settle delay.
+	StatusSettled func() <-chan struct{}
 	// Release says that the node allows planned releases (--release):
 	// a configured capacity that asks for one (types.AnnotationRelease)
 	// is then carried out in the kernel by Releaser. Without a Releaser
@@ -752,12 +759,13 @@ func (a *Agent) restart(ctx context.Context, x decide.RestartKubelet, at time.Ti
 	}
 	a.restarting = true
 	a.mu.Unlock()
-	a.log.Info("restarting the kubelet so that it adopts the capacity", "unit", a.cfg.KubeletUnit, "capacity", x.Capacity.String(), "generation", x.Generation)
 	timeout := a.cfg.Policy.RestartTimeout
 	if timeout <= 0 {
 		timeout = decide.DefaultRestartTimeout
 	}
 	a.restarts.Go(func() {
+		a.waitStatusSettled(ctx)
+		a.log.Info("restarting the kubelet so that it adopts the capacity", "unit", a.cfg.KubeletUnit, "capacity", x.Capacity.String(), "generation", x.Generation)
 		// A daemon stopping in the middle must not leave the kubelet
 		// stopped: the restart runs to its end, within the timeout.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
@@ -765,6 +773,30 @@ func (a *Agent) restart(ctx context.Context, x decide.RestartKubelet, at time.Ti
 		res, err := a.cfg.Restarter.Restart(rctx, snap)
 		a.restarted(at, res, err)
 	})
+}
+
+// StatusBeforeRestart bounds how long a kubelet restart waits for the Node
+// status patch under way (Config.StatusSettled).
+const StatusBeforeRestart = 30 * time.Second
+
+// waitStatusSettled waits, at most StatusBeforeRestart, for the Node
+// status patch under way to be answered; a stopping daemon does not wait.
+func (a *Agent) waitStatusSettled(ctx context.Context) {
+	if a.cfg.StatusSettled == nil {
+		return
+	}
+	ch := a.cfg.StatusSettled()
+	if ch == nil {
+		return
+	}
+	t := a.clock.NewTimer(StatusBeforeRestart)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C():
+		a.log.Warn("restarting the kubelet before the Node status patch under way was answered", "waited", StatusBeforeRestart)
+	case <-ctx.Done():
+	}
 }
 
 // restarted records how a restart ended and asks for a pass.

@@ -373,3 +373,51 @@ func TestKubeletRestartResultsAtZero(t *testing.T) {
 		t.Errorf("%d node_resized_kubelet_restarts_total series at start, want %d", got, len(metrics.KubeletRestartResults))
 	}
 }
+
+// A restart due while the Node status patch is still under way waits for
+// its answer (Config.StatusSettled), so that the Node shows the capacity
+// before the kubelet goes down; a patch that never answers holds it
+// StatusBeforeRestart at most.
+func TestKubeletRestartWaitsForTheStatusPatch(t *testing.T) {
+	var mu sync.Mutex
+	var settled chan struct{}
+	rg := newRig(t, 4, func(c *Config) {
+		c.StatusSettled = func() <-chan struct{} {
+			mu.Lock()
+			defer mu.Unlock()
+			return settled
+		}
+	})
+	mu.Lock()
+	settled = make(chan struct{})
+	first := settled
+	mu.Unlock()
+	rg.hardware(8)
+	rg.at(0)
+	rg.at(10 * time.Second) // the settle delay is over: the restart is due
+	waitUntil(t, func() bool { rg.a.mu.Lock(); defer rg.a.mu.Unlock(); return rg.a.restarting })
+	time.Sleep(50 * time.Millisecond)
+	rg.restarts(0) // waiting for the patch
+	close(first)
+	waitUntil(t, func() bool { return rg.r.count() == 1 })
+	rg.finish("done", nil)
+
+}
+
+// A patch that never answers holds the restart StatusBeforeRestart, then
+// it goes ahead.
+func TestKubeletRestartWaitsForTheStatusPatchBounded(t *testing.T) {
+	never := make(chan struct{})
+	rg := newRig(t, 4, func(c *Config) {
+		c.StatusSettled = func() <-chan struct{} { return never }
+	})
+	rg.hardware(8)
+	rg.at(0)
+	rg.at(10 * time.Second)
+	waitUntil(t, func() bool { rg.a.mu.Lock(); defer rg.a.mu.Unlock(); return rg.a.restarting })
+	time.Sleep(50 * time.Millisecond)
+	rg.restarts(0)
+	waitUntil(t, func() bool { return rg.clock.HasWaiters() })
+	rg.clock.Step(StatusBeforeRestart)
+	waitUntil(t, func() bool { return rg.r.count() == 1 })
+}

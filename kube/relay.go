@@ -241,6 +241,13 @@ func New(client, nodes dynamic.Interface, opts Options) *Relay {
 // scheduler reads, goes before its event, which a person reads: when a
 // fleet changes at once, the API server's queue holds the patches first.
 func (r *Relay) statusSettled() <-chan struct{} {
+	return r.StatusSettled()
+}
+
+// StatusSettled returns a channel closed once the wanted Node status has
+// gone out (or its patch failed); nil when none is under way or the last
+// patch failed. The agent's kubelet restart waits on it.
+func (r *Relay) StatusSettled() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.want == nil || r.lastErr != nil {

@@ -316,6 +316,7 @@ func newAgent(o *options, kcfg *kubelet.Config, relay *kube.Relay, enforcer *cgr
 	var pub agent.Relay = agent.LocalRelay{}
 	if relay != nil {
 		pub = relay
+		cfg.StatusSettled = relay.StatusSettled
 	}
 	return agent.New(cfg, pub)
 }
