@@ -38,23 +38,10 @@ func TestLintian(t *testing.T) {
 func TestRpmlint(t *testing.T) {
 	need(t, "rpmlint", "cpio")
 	p := packages(t)
-	// rpmlint unpacks the payload with `rpm2cpio | cpio -id` in a
-	// temporary directory, and nfpm's payload names are absolute
-	// (/usr/bin/node-resized, where rpmbuild writes ./usr/bin/...): GNU
-	// cpio would write them into this machine's / and rpmlint would check
-	// no file's content. This cpio keeps them under the directory.
-	cpio, err := exec.LookPath("cpio")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	write(t, filepath.Join(bin, "cpio"), "#!/bin/sh\nexec "+cpio+" --no-absolute-filenames \"$@\"\n")
-	if err := os.Chmod(filepath.Join(bin, "cpio"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// rpmlint unpacks the payload itself (rpm2cpio | cpio -id in a
+	// temporary directory): plain, as a packager runs it.
 	config := filepath.Join(p.root, "packaging/rpmlint.toml")
 	cmd := exec.Command("rpmlint", "--config", config, p.rpm)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 	cmd.Dir = t.TempDir()
 	out, err := cmd.CombinedOutput()
 	t.Logf("rpmlint %s:\n%s", filepath.Base(p.rpm), out)
@@ -160,4 +147,38 @@ func TestSystemdAnalyze(t *testing.T) {
 	case err != nil:
 		t.Errorf("systemd-analyze security: exposure %s is above %.1f: the sandbox was loosened (%v)", m[1], float64(maxExposure)/10, err)
 	}
+}
+
+// TestRpmPayloadUnpacksWhereAsked unpacks the rpm's payload as a packager
+// would, plain `rpm2cpio | cpio -idm` in a temporary directory: every
+// member name is relative (./usr/bin/node-resized, as rpmbuild writes
+// them), so the files land under that directory and nothing outside it.
+func TestRpmPayloadUnpacksWhereAsked(t *testing.T) {
+	need(t, "rpm2cpio", "cpio")
+	p := packages(t)
+	list, err := exec.Command("sh", "-c", `rpm2cpio "$1" | cpio -t --quiet`, "sh", p.rpm).Output()
+	if err != nil {
+		t.Fatalf("rpm2cpio | cpio -t: %v", err)
+	}
+	names := strings.Fields(string(list))
+	if len(names) < 5 {
+		t.Fatalf("the payload lists %d names: %q", len(names), names)
+	}
+	for _, n := range names {
+		if filepath.IsAbs(n) || n == ".." || strings.HasPrefix(n, "../") || strings.Contains(n, "/../") {
+			t.Errorf("payload member %q is not under the directory it is unpacked in", n)
+		}
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", `rpm2cpio "$1" | cpio -idm --quiet`, "sh", p.rpm)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("rpm2cpio | cpio -idm: %v\n%s", err, out)
+	}
+	for _, f := range []string{"usr/bin/node-resized", "usr/bin/node-resizectl", "usr/lib/systemd/system/node-resized.service"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s not unpacked under %s: %v", f, dir, err)
+		}
+	}
+	t.Logf("%d payload members, all relative; unpacked under %s", len(names), dir)
 }
