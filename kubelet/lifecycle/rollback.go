@@ -27,9 +27,10 @@ type Rollback struct {
 	// (<state dir>/kubelet-prestart-hold.json): while the checkpoints are
 	// as the rollback left them, the kubelet's pre-start rewrites nothing.
 	HoldPath string
-	// Window is how long a start is watched (default 1m; it ends as soon
+	// Window is how long a start is watched (default 2m; it ends as soon
 	// as the kubelet is seen up): the kubelet refuses a checkpoint within
-	// seconds of its start (11 s on a loaded test VM). Poll is how often
+	// seconds of its start (11 s on a loaded test VM, but 80 s once on a
+	// CPU-starved one, past the former 1m window). Poll is how often
 	// (default 500ms).
 	Window, Poll time.Duration
 	// Journal reads the unit's journal from since (default
@@ -45,7 +46,7 @@ const HoldFile = "kubelet-prestart-hold.json"
 
 // Defaults of Rollback.
 const (
-	defaultRollbackWindow = time.Minute
+	defaultRollbackWindow = 2 * time.Minute
 	defaultRollbackPoll   = 500 * time.Millisecond
 	// journalEntries caps the kubelet's journal read per look.
 	journalEntries = 2000
