@@ -481,7 +481,10 @@ func dimmUnplugUnderHog(t *testing.T) {
 func TestRealRuntimeCPUWeight(t *testing.T) {
 	t.Parallel()
 	needRuntime(t)
-	s := relayNodeConfig(t, Config{Runtime: RuntimeContainerd, RuntimeDir: runtimeDir, CPUs: 3}, "--auto-online "+relayPolicy)
+	// Multi-threaded TCG: its pods spin on CPU, and with one TCG thread
+	// the spinners and the node's own work (containerd, the kubelet)
+	// would share one host core; a pod took over 3 minutes to start.
+	s := relayNodeConfig(t, Config{Runtime: RuntimeContainerd, RuntimeDir: runtimeDir, CPUs: 3, Accel: "tcg"}, "--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin
 	ctx := context.Background()
 	pods := cs.CoreV1().Pods("default")
