@@ -211,8 +211,8 @@ func plannedRelease(t *testing.T) {
 		var releasedEvents int
 		for _, e := range evs {
 			// excl2's eviction is the one Warning (the evictor's
-			// NodeCapacityExceeded, on the pod).
-			if e.Type == corev1.EventTypeWarning && !(e.Reason == "NodeCapacityExceeded" && e.Regarding.Name == excl2.Name) {
+			// NodeCapacityExceeded, recorded on the Node).
+			if e.Type == corev1.EventTypeWarning && !(e.Reason == "NodeCapacityExceeded" && strings.Contains(e.Note, "pod default/"+excl2.Name+":")) {
 				t.Errorf("Warning event %s: %s", e.Reason, e.Note)
 			}
 			if e.Reason == "CapacityReleased" {
