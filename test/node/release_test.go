@@ -378,23 +378,7 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		target := (allocAfter + clampTo) / 2
 		// Burstable with a memory request only: the one allocatable CPU
 		// (CPU 0 reserved) is the Guaranteed pod's.
-		hog := busyboxPod("hog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
-			corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
-		hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
-		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		hog = waitPodRunning(t, ctx, cs, hog)
-		hogID := containerID(t, n, hog)
-		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-			logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
-			if strings.Contains(logs, "holding") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
-			}
-		}
+		startHog(t, ctx, n, cs, "hog", target, corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")})
 		t.Logf("the hog holds %s: above the allocatable without the DIMM (%s), below kubepods' limit without it (%s)", mibs(target), mibs(allocAfter), mibs(clampTo))
 
 		mark := guestNow(t, n)
@@ -725,23 +709,7 @@ func (s *installed) releaseVirtioMem(t *testing.T, blockSize int64) bool {
 			t.Fatalf("no room for a hog: MemAvailable %s", mibs(avail))
 		}
 		pods := cs.CoreV1().Pods("default")
-		hog := busyboxPod("vhog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
-			corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
-		hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
-		if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		hog = waitPodRunning(t, ctx, cs, hog)
-		hogID := containerID(t, n, hog)
-		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-			logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
-			if strings.Contains(logs, "holding") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
-			}
-		}
+		hog, _ := startHog(t, ctx, n, cs, "vhog", target, corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")})
 		t.Logf("the hog holds %s (MemAvailable was %s with the device's %s)", mibs(target), mibs(avail), mibs(half))
 		mark := guestNow(t, n)
 		if err := n.SetVirtioMemRequested(ctx, releaseVirtioMem, 0); err != nil {

@@ -393,23 +393,8 @@ func dimmUnplugUnderHog(t *testing.T) {
 	if avail-installedDIMM < target+64*mib {
 		t.Fatalf("no room: the guest uses too much for the hog to hold %s without the DIMM (MemAvailable %s)", mibs(target), mibs(avail))
 	}
-	hog := busyboxPod("hog", fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20),
-		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}, nil)
-	hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
-	if _, err := pods.Create(ctx, hog, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	hog = waitPodRunning(t, ctx, cs, hog)
-	hogID := containerID(t, n, hog)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-		logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+hogID+" 2>&1")
-		if strings.Contains(logs, "holding") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hog did not reach %s in 3 min: %q", mibs(target), logs)
-		}
-	}
+	hog, hogID := startHog(t, ctx, n, cs, "hog", target,
+		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")})
 	hogCg := containerCgroup(hog, hogID)
 	events0 := guestSh(t, n, "cat /sys/fs/cgroup/kubepods.slice/memory.events")
 	t.Logf("the hog holds %s (its container's memory.current %s); kubepods memory.events: %s",
@@ -590,5 +575,29 @@ func TestRealRuntimeCPUWeight(t *testing.T) {
 	// a CPU. Bounds well inside both.
 	if after < 2.5 || after < 1.5*before {
 		t.Errorf("the 400m container's time over the 100m one's: %.2f on 3 CPUs, %.2f on 1 CPU; want about 1 and about 4", before, after)
+	}
+}
+
+// startHog runs a Burstable pod named name on n whose container
+// (test/cmd/memhog) touches target bytes and holds them, with requests
+// (its memory request is what the kubelet's eviction order weighs), and
+// returns it, Running and holding, with its container's id.
+func startHog(t *testing.T, ctx context.Context, n *Node, cs kubernetes.Interface, name string, target int64, requests corev1.ResourceList) (*corev1.Pod, string) {
+	t.Helper()
+	hog := busyboxPod(name, fmt.Sprintf("exec memhog -mib %d -step 16 -interval 20ms", target>>20), requests, nil)
+	hog.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+	if _, err := cs.CoreV1().Pods(hog.Namespace).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hog = waitPodRunning(t, ctx, cs, hog)
+	id := containerID(t, n, hog)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		logs, _, _ := n.Exec(ctx, "crictl logs --tail 1 "+id+" 2>&1")
+		if strings.Contains(logs, "holding") {
+			return hog, id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hog %s did not reach %s in 3 min: %q", name, mibs(target), logs)
+		}
 	}
 }
