@@ -189,7 +189,8 @@ type Relay struct {
 	want *types.NodeStatus // the newest wanted status, nil when none
 	// wantFrom is when the wanted status was first wanted since the last
 	// acknowledged patch, wantAt when it last changed: a gain is held
-	// until wantAt+GainWindow, at most until wantFrom+2×GainWindow.
+	// until wantAt+GainWindow, at most until wantFrom+2×GainWindow
+	// (longer while gainsPending says more are coming, see held).
 	wantFrom, wantAt time.Time
 	sent             *types.NodeStatus // the last status the API server acknowledged
 	patches          uint64
@@ -207,9 +208,32 @@ type Relay struct {
 	// failed); nil while no one waits for that (statusSettled).
 	settled chan struct{}
 
+	// gainsPending, when set (HoldGainsWhile), says that more gains are
+	// on their way; pendingSeen is when it last said so.
+	gainsPending func() bool
+	pendingSeen  time.Time
+
 	// republished, when set (tests), runs after the watch's republish
 	// has made the status it republishes wanted, before it is sent.
 	republished func()
+}
+
+// GainsPendingMax bounds how long a gain waits for the gains that
+// HoldGainsWhile says are on their way: from when it was first wanted.
+const GainsPendingMax = 10 * time.Second
+
+// HoldGainsWhile makes a held gain (Options.GainWindow) wait on while
+// pending reports that more gains are on their way (the auto-onliner still
+// bringing a DIMM's blocks online one by one, which a loaded machine
+// spreads over more than the window), and for a GainWindow after it last
+// said so, at most GainsPendingMax from when the gain was first wanted:
+// the hot-add is one patch however slowly its blocks come online. pending
+// is called from the relay's worker and must return at once. Call it
+// before Run.
+func (r *Relay) HoldGainsWhile(pending func() bool) {
+	r.mu.Lock()
+	r.gainsPending = pending
+	r.mu.Unlock()
 }
 
 // New returns a relay that patches the Node and records events through
@@ -510,11 +534,32 @@ func (r *Relay) held() time.Duration {
 	if w <= 0 || r.want == nil || r.sent == nil || !gain(*r.sent, *r.want) {
 		return 0
 	}
-	due := r.wantAt.Add(w)
-	if limit := r.wantFrom.Add(2 * w); due.After(limit) {
+	now := r.clock.Now()
+	quietFrom, limit := r.wantAt, r.wantFrom.Add(2*w)
+	if r.gainsPending != nil {
+		pending := r.gainsPending()
+		if pending {
+			r.pendingSeen = now
+		}
+		if !r.pendingSeen.IsZero() && !r.pendingSeen.Before(r.wantFrom) {
+			// More gains were on their way while this one was wanted:
+			// its window counts from when they last were.
+			limit = r.wantFrom.Add(GainsPendingMax)
+			if r.pendingSeen.After(quietFrom) {
+				quietFrom = r.pendingSeen
+			}
+			if pending {
+				// Look again soon, so that the window counts from
+				// close to when they stopped.
+				return min(w/4, max(limit.Sub(now), 0))
+			}
+		}
+	}
+	due := quietFrom.Add(w)
+	if due.After(limit) {
 		due = limit
 	}
-	return due.Sub(r.clock.Now())
+	return due.Sub(now)
 }
 
 // gain reports whether to only adds capacity to from: no capacity or

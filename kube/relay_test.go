@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,6 +390,67 @@ func TestGainWindowCountsFromTheLastChange(t *testing.T) {
 		t.Errorf("held %v after a gain at 1.2s, want the rest of twice the window from the first, 800ms", r.held())
 	}
 	r.mu.Unlock()
+}
+
+// While more gains are on their way (HoldGainsWhile: a DIMM's blocks
+// still being onlined on a loaded machine), a held gain waits past twice
+// the window, and for a window after they stopped; never past
+// GainsPendingMax.
+func TestGainWaitsWhileMoreArePending(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := New(fakeAPI(t), dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Options{NodeName: "worker-1", Clock: clk, GainWindow: 250 * time.Millisecond})
+	var pending atomic.Bool
+	r.HoldGainsWhile(pending.Load)
+	r.sent = &types.NodeStatus{Capacity: resources.List{"cpu": 4000}}
+	held := func() time.Duration {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.held()
+	}
+	pending.Store(true)
+	r.Publish(status(5, types.ReasonAccepted)) // the first block online
+	for range 8 {                              // 2s: the onliner is slow
+		if d := held(); d != 250*time.Millisecond/4 {
+			t.Fatalf("held %v while more gains are pending, want a look again in 62.5ms", d)
+		}
+		clk.Step(250 * time.Millisecond)
+		r.Publish(status(6, types.ReasonAccepted))
+	}
+	held() // seen pending at 2s
+	clk.Step(50 * time.Millisecond)
+	pending.Store(false)
+	r.Publish(status(8, types.ReasonAccepted)) // the last block's change, at 2.05s
+	if d := held(); d != 250*time.Millisecond {
+		t.Errorf("held %v after the last gain, want its window, 250ms", d)
+	}
+	clk.Step(250 * time.Millisecond)
+	if d := held(); d != 0 {
+		t.Errorf("held %v a window after the last gain, want 0", d)
+	}
+
+	// An onliner that never finishes holds a gain GainsPendingMax at most.
+	r.sent = r.want
+	r.want = nil
+	pending.Store(true)
+	r.Publish(status(9, types.ReasonAccepted))
+	clk.Step(GainsPendingMax - 10*time.Millisecond)
+	if d := held(); d != 10*time.Millisecond {
+		t.Errorf("held %v 10ms before GainsPendingMax, want 10ms", d)
+	}
+	clk.Step(10 * time.Millisecond)
+	if d := held(); d != 0 {
+		t.Errorf("held %v at GainsPendingMax, want 0", d)
+	}
+
+	// Without pending gains, the usual window.
+	r.sent = r.want
+	r.want = nil
+	pending.Store(false)
+	clk.Step(time.Second)
+	r.Publish(status(10, types.ReasonAccepted))
+	if d := held(); d != 250*time.Millisecond {
+		t.Errorf("held %v with nothing pending, want the window", d)
+	}
 }
 
 func TestGain(t *testing.T) {

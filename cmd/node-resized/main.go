@@ -170,7 +170,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
 	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "an event after this long without one (a quarter of it, outside a burst) is rebuilt at once, and so is every loss; events that follow closer together are a burst, rebuilt as one change once none has arrived for this long")
 	fs.DurationVar(&o.maxWait, "coalesce-max", 500*time.Millisecond, "rebuild a burst's held events at the latest this long after the first of them")
-	fs.DurationVar(&o.gainWindow, "coalesce-gains", 250*time.Millisecond, "hold a Node status patch that only adds capacity until the wanted status has not changed for this long, at most twice as long, so that a hot-add costs one patch; a loss and every other status are patched at once (0: every status at once)")
+	fs.DurationVar(&o.gainWindow, "coalesce-gains", 250*time.Millisecond, "hold a Node status patch that only adds capacity until the wanted status has not changed for this long, at most twice as long (while --auto-online is still onlining a hot-add, until this long after it is done, at most 10s), so that a hot-add costs one patch; a loss and every other status are patched at once (0: every status at once)")
 	fs.DurationVar(&o.memPoll, "memtotal-interval", time.Second, "how often to check MemTotal for changes that send no uevent (0: off)")
 	fs.DurationVar(&o.resync, "resync-interval", 5*time.Minute, "how often to rebuild the model in full as a safety net (0: off)")
 	fs.IntVar(&o.history, "history", 256, "how many changes to keep for /v1/events")

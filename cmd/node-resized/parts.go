@@ -125,6 +125,9 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	var busy func() bool
 	if p.onliner != nil {
 		busy = p.onliner.Busy // a DIMM being onlined block by block is one burst
+		if p.relay != nil {
+			p.relay.HoldGainsWhile(busy) // and one patch, however slowly it comes online
+		}
 	}
 	p.monitor = newMonitor(o, fsys, src, subs, busy, log, m)
 	if p.socket, p.tcp, err = listeners(o); err != nil {
