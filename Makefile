@@ -43,14 +43,18 @@ SOCKET   ?= $(if $(filter 0,$(shell id -u)),/run/node-resized/node-resized.sock,
 RUNFLAGS ?=
 BENCHCOUNT ?= 6
 FUZZTIME ?= 60s
-# How many real-node tests run at once, each with its own guest and control
-# plane (a TCG guest of 2 to 4 CPUs and up to 4 GiB each). Two on a 2-CPU
-# machine: a guest waits much of its time (settle delays, quiet windows, the
-# kubelet's heartbeats), and the tests assert order and counts, not times
-# (docs/measurements.md, CI time). NODE_PARALLEL=1 runs them one at a time.
-NODE_PARALLEL ?= 2
+# How many real-node guests run at once, each with its own control plane (a
+# TCG guest of 2 to 4 CPUs and up to 4 GiB each), the longest test first
+# (test/node/slots_test.go). Three on a 2-CPU machine: a guest waits much of
+# its time (settle delays, quiet windows, the kubelet's heartbeats), and the
+# tests assert order and counts, not times (docs/measurements.md, CI time).
+# NODE_PARALLEL=1 runs them one at a time.
+NODE_PARALLEL ?= 3
+# go test's own -parallel: above the number of guest tests, so that all of
+# them reach the slot queue together and it picks the order.
+NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -185,7 +189,7 @@ e2e-node:
 	test/vm/fetch
 	test/node/build
 	test/node/build-runtime
-	cd test && $(GO) test -count=1 -v -timeout 50m -parallel $(NODE_PARALLEL) ./node/
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) $(GO) test -count=1 -v -timeout 50m $(NODE_GO_PARALLEL) ./node/
 
 # The kubelet version matrix (test/node/matrix_test.go, build tag matrix):
 # one boot per older kubelet, NODE_PARALLEL at a time; NODE_KUBELETS picks a
@@ -196,7 +200,18 @@ e2e-node-matrix:
 	test/vm/fetch
 	test/node/build
 	test/node/build-matrix
-	cd test && NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 60m -parallel $(NODE_PARALLEL) -run '^TestKubeletVersions$$' ./node/
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 60m $(NODE_GO_PARALLEL) -run '^TestKubeletVersions$$' ./node/
+
+# e2e-node and e2e-node-matrix in one run (what CI runs): their guests
+# share the NODE_PARALLEL slots, the longest first, so that the matrix's
+# runs fill the time the others leave.
+e2e-node-all:
+	test/cluster/up -build-only
+	test/vm/fetch
+	test/node/build
+	test/node/build-runtime
+	test/node/build-matrix
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 80m $(NODE_GO_PARALLEL) ./node/
 
 # A plain install without a package: the binaries and the bash completion
 # under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in

@@ -64,7 +64,7 @@ const (
 // and its own token may change its own Node but not another one (the
 // ValidatingAdmissionPolicy).
 func TestDaemonSetOnRealNode(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	const name = "node-ds"
 	needKernel(t)
 	needRuntime(t)

@@ -53,7 +53,7 @@ func unitLog(t *testing.T, n *Node, unit, s string, since time.Time) []JournalEn
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	all, err := n.Journal(ctx, unit)
+	all, err := n.JournalSince(ctx, unit, since)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ type faultRun struct {
 // checkpoint in its journal, and node-resized runs again; the time from
 // node-resized's restart (or its ExecStopPost) to Ready is reported.
 func TestFaults(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	bin := buildFaultDaemon(t)
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin

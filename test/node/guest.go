@@ -257,6 +257,19 @@ func (t guestTree) links() string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
+// bootUnitsMasked are the host's boot units the guest does without: kernel
+// modules nothing in the guest uses (the kubelet, containerd, runc and
+// node-resized load what they need), debug and trace file systems, the
+// POSIX message queue mount (runc mounts its own in each container), user
+// accounts and logins (the root is this machine's, read-only, and nobody
+// logs in).
+var bootUnitsMasked = []string{
+	"modprobe@drm.service", "modprobe@fuse.service", "modprobe@dm_mod.service", "modprobe@configfs.service", "modprobe@loop.service",
+	"sys-kernel-debug.mount", "sys-kernel-tracing.mount", "sys-kernel-config.mount", "dev-mqueue.mount",
+	"systemd-sysusers.service", "systemd-logind.service", "systemd-user-sessions.service",
+	"systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
+}
+
 // baseTree returns the node's own files: identity, name resolution,
 // units and their enablement, the kubelet's configuration.
 func baseTree(name string, kubeconfig []byte, kubeletConfig, kubeletArgs string, kubelet, fakecri string) (guestTree, error) {
@@ -275,6 +288,12 @@ func baseTree(name string, kubeconfig []byte, kubeletConfig, kubeletArgs string,
 	t.symlink("/etc/systemd/system/getty.target", "/dev/null")
 	t.symlink("/etc/systemd/system/serial-getty@ttyS0.service", "/dev/null")
 	t.symlink("/etc/systemd/system/default.target", "/lib/systemd/system/multi-user.target")
+	// Units a node needs none of, masked: each costs the emulated guest
+	// seconds of CPU at every boot (systemd-analyze blame: 1 - 3.5 s
+	// each), and no test reads what they set up.
+	for _, u := range bootUnitsMasked {
+		t.symlink("/etc/systemd/system/"+u, "/dev/null")
+	}
 
 	t.file("/etc/systemd/system/node-agent.service", 0o644, agentUnit)
 	t.symlink("/etc/systemd/system/sysinit.target.wants/node-agent.service", "/etc/systemd/system/node-agent.service")

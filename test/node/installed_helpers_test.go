@@ -195,7 +195,7 @@ func daemonLog(t *testing.T, n *Node, msg string, since time.Time) []JournalEntr
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	all, err := n.Journal(ctx, "node-resized.service")
+	all, err := n.JournalSince(ctx, "node-resized.service", since)
 	if err != nil {
 		t.Fatal(err)
 	}

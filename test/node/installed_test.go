@@ -60,15 +60,15 @@ func (s *installed) timing(format string, args ...any) {
 	s.timings = append(s.timings, fmt.Sprintf(format, args...))
 }
 
-// TestInstalledPackage installs node-resized from its deb into a real
-// node as an operator would, checks the unit under the real systemd
+// TestInstalledPackage checks the freshly booted node (checkFreshNode), then
+// installs node-resized from its deb into it as an operator would, checks the unit under the real systemd
 // (readiness, journal fields, the watchdog, the hardening), then runs the
 // scenarios that need no kubelet restart against the real kubelet: KEP
 // Layer 1 tests 1-3 with the scheduler (g), a DIMM hot-unplug under a
 // Burstable pod (c) with a daemon restart in its middle (f), and a
 // virtio-balloon inflation (e).
 func TestInstalledPackage(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	const name = "node-1"
 	needKernel(t)
 	s := &installed{deb: buildPackage(t), hog: buildHog(t)}
@@ -94,6 +94,7 @@ func TestInstalledPackage(t *testing.T) {
 		name string
 		run  func(*testing.T)
 	}{
+		{"node-ready", func(t *testing.T) { checkFreshNode(t, s.n, s.admin, installedSystemReserved) }},
 		{"install", s.install},
 		{"watchdog", s.watchdog},
 		{"auto-online", s.autoOnline},
@@ -360,6 +361,7 @@ func (s *installed) layer1(t *testing.T) {
 		t.Logf("before the upscale: %s", msg)
 	}
 
+	present0 := guestSh(t, n, "cat /sys/devices/system/cpu/present")
 	mark := guestNow(t, n)
 	h0 := time.Now()
 	dev, err := n.HotAddCPU(ctx, 1)
@@ -450,6 +452,9 @@ func (s *installed) layer1(t *testing.T) {
 	waitNode(t, cs, n.Name(), "cpu capacity back", time.Minute, func(nd *corev1.Node) bool {
 		return nd.Status.Capacity.Cpu().Value() == cpus0
 	})
+	if now := guestSh(t, n, "cat /sys/devices/system/cpu/present"); now != present0 {
+		t.Errorf("after the unplug, present CPUs %s, want %s as before the hot-add", now, present0)
+	}
 	downSeen := time.Since(d0)
 	for _, e := range daemonLog(t, n, "Node status patched", mark) {
 		if strings.Contains(e.str("CAPACITY"), fmt.Sprintf("cpu=%d", cpus0)) {

@@ -156,7 +156,12 @@ func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
 		t.Logf("node files kept in %s", cfg.Dir)
 		t.Fatal(err)
 	}
+	bootCPU, _, _ := n.HostCPU()
 	t.Cleanup(func() {
+		if cpu, alive, err := n.HostCPU(); err == nil {
+			t.Logf("guest cost: %v of host CPU over %v (%.0f%% of a core); of it the boot to Node Ready %v of CPU in %v",
+				cpu.Round(time.Second), alive.Round(time.Second), 100*cpu.Seconds()/alive.Seconds(), bootCPU.Round(time.Second), n.ReadyTime().Round(time.Second))
+		}
 		if err := n.Close(); err != nil {
 			t.Error(err)
 		}

@@ -165,6 +165,7 @@ func (m memState) nodeMemory(id string) uint64 { return m.MachineState[id].Memor
 // (always the newest layouts with the legacy fields older kubelets load,
 // docs/relay.md) are proven against the layout each kubelet reads.
 func TestKubeletVersions(t *testing.T) {
+	t.Parallel() // its runs take guest slots beside the other tests
 	var runs []string
 	for _, v := range olderKubelets(t) {
 		runs = append(runs, v)
@@ -177,7 +178,7 @@ func TestKubeletVersions(t *testing.T) {
 		// Each run has its own guest and control plane: they run -parallel
 		// at a time (make e2e-node-matrix: NODE_PARALLEL).
 		t.Run(r, func(t *testing.T) {
-			t.Parallel()
+			parallelGuest(t)
 			kubeletVersion(t, version, gate == podLevelGate)
 		})
 	}

@@ -144,7 +144,7 @@ func kubeletLog(t *testing.T, n *Node, s string, since time.Time) []JournalEntry
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	all, err := n.Journal(ctx, "kubelet.service")
+	all, err := n.JournalSince(ctx, "kubelet.service", since)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 // its own status writes carry the new size, and the daemon then sends no
 // status patch for a minute.
 func TestKubeletRestart(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	s := relayNode(t, "", "--auto-online "+relayPolicy)
 	n := s.n
 	defer func() {
@@ -619,7 +619,7 @@ func guaranteedPod(name, node string) *corev1.Pod {
 // kubelet starts cleanly and the pod keeps its CPU. The pre-start's own
 // duration over every run is logged.
 func TestKubeletRestartStaticCPU(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online --kubelet-restart=never "+relayPolicy)
 	n, cs := s.n, s.admin
 	ctx := context.Background()

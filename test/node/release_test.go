@@ -53,11 +53,11 @@ const releaseQuiet = 2 * time.Minute
 func TestPlannedRelease(t *testing.T) {
 	t.Parallel()
 	t.Run("release", func(t *testing.T) {
-		t.Parallel()
+		parallelGuest(t)
 		plannedRelease(t)
 	})
 	t.Run("b-dimm-control-no-release", func(t *testing.T) {
-		t.Parallel()
+		parallelGuest(t)
 		dimmUnplugUnderHog(t)
 	})
 }

@@ -39,7 +39,7 @@ const (
 // Restoring the CPU checkpoint would not do: the file before a CPU change
 // is the one a stock kubelet refuses on the new CPU set.
 func TestKubeletCheckpointRollback(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	fi := buildFaultDaemon(t)
 	s := relayNode(t, staticCPUKubeletConfig, "--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin

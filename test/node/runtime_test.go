@@ -164,7 +164,7 @@ func containerCgroup(pod *corev1.Pod, id string) string {
 // through containerd), with neither container restarted. Last, the
 // exclusive CPU goes offline under its container (exclusive-cpu-offline).
 func TestRealRuntimeExclusiveCPU(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	needRuntime(t)
 	// Three CPUs of four: with CPU 0 reserved, room for the exclusive
 	// CPU and the shared pool's pod.
@@ -464,7 +464,7 @@ func dimmUnplugUnderHog(t *testing.T) {
 // a CPU each they run alike, on one CPU the 400m pod gets about four times
 // the other's time.
 func TestRealRuntimeCPUWeight(t *testing.T) {
-	t.Parallel()
+	parallelGuest(t)
 	needRuntime(t)
 	// Multi-threaded TCG: its pods spin on CPU, and with one TCG thread
 	// the spinners and the node's own work (containerd, the kubelet)

@@ -130,6 +130,7 @@ type VM struct {
 	agent     *agentClient
 	qmp       *QMP
 	bootTime  time.Duration
+	started   time.Time // when QEMU was started
 
 	closeOnce sync.Once
 	closeErr  error
@@ -360,6 +361,7 @@ func boot(ctx context.Context, cfg Config) (_ *VM, err error) {
 		close(v.exited)
 		return nil, fmt.Errorf("start %s: %w", cfg.QEMU, err)
 	}
+	v.started = time.Now()
 	go func() {
 		v.waitErr = v.cmd.Wait()
 		close(v.exited)
@@ -488,6 +490,36 @@ func (v *VM) Dir() string { return v.dir }
 
 // Done is closed when QEMU has exited.
 func (v *VM) Done() <-chan struct{} { return v.exited }
+
+// HostCPU is the host CPU time QEMU has used so far (user and system,
+// all its threads) and how long it has run: what the guest cost the
+// machine, for the test bed's own accounting.
+func (v *VM) HostCPU() (cpu, alive time.Duration, err error) {
+	if v.cmd == nil || v.cmd.Process == nil {
+		return 0, 0, errors.New("qemu not started")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", v.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command's closing parenthesis: state is the
+	// first, utime and stime the 12th and 13th (proc(5): 14 and 15).
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %q", v.cmd.Process.Pid, b)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", v.cmd.Process.Pid, err)
+		}
+		ticks += n
+	}
+	const userHZ = 100 // sysconf(_SC_CLK_TCK) on Linux
+	return time.Duration(ticks) * time.Second / userHZ, time.Since(v.started), nil
+}
 
 // Close quits QEMU (QMP quit, then SIGKILL to its process group if it has
 // not exited within 10 s), waits for it and releases everything Boot made.
