@@ -16,15 +16,19 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-client/pkg/fake"
+	"k8s.io/cri-client/pkg/util"
 )
 
 func main() {
@@ -53,7 +57,8 @@ func main() {
 	rt.ImageService.SetFakeImageSize(*imageSize)
 	rt.ImageService.SetFakeFilesystemUsage(usage)
 	rt.ImageService.SetFakeContainerFilesystemUsage(usage)
-	if err := rt.Start("unix://" + *listen); err != nil {
+	srv, err := serve(rt, *listen)
+	if err != nil {
 		log.Fatalf("fakecri: %v", err)
 	}
 	log.Printf("fakecri: serving the CRI on %s (cgroup driver systemd, image fs %s)", *listen, *imageFS)
@@ -62,7 +67,53 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
-	rt.Stop()
+	srv.Stop()
+}
+
+// serve serves rt on the unix socket path, as rt.Start would, but with
+// withLogPaths in front of it.
+func serve(rt *fake.RemoteRuntime, path string) (*grpc.Server, error) {
+	l, err := util.CreateListener("unix://" + path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	srv := grpc.NewServer()
+	w := withLogPaths{rt}
+	runtimeapi.RegisterRuntimeServiceServer(srv, w)
+	runtimeapi.RegisterImageServiceServer(srv, w)
+	rt.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+		{Type: runtimeapi.RuntimeReady, Status: true},
+		{Type: runtimeapi.NetworkReady, Status: true},
+	}}
+	go srv.Serve(l)
+	return srv, nil
+}
+
+// withLogPaths is the fake runtime with a log path in each container's
+// status, the sandbox's log directory joined with the container's, as a
+// real runtime reports it. The fake leaves it empty, and when the kubelet
+// removes a container its log manager removes every file matching the
+// log path followed by "*": for an empty path, every entry of its working
+// directory, /, that os.Remove takes (the symlinks /bin, /lib and /sbin,
+// empty folders), after which nothing in the guest could run /bin/sh.
+type withLogPaths struct{ *fake.RemoteRuntime }
+
+func (w withLogPaths) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	resp, err := w.RemoteRuntime.CreateContainer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(req.GetSandboxConfig().GetLogDirectory(), req.GetConfig().GetLogPath())
+	if !filepath.IsAbs(logPath) || req.GetConfig().GetLogPath() == "" {
+		logPath = filepath.Join("/var/log/fakecri", resp.ContainerId+".log")
+	}
+	rs := w.RuntimeService
+	rs.Lock()
+	if c := rs.Containers[resp.ContainerId]; c != nil {
+		c.LogPath = logPath
+	}
+	rs.Unlock()
+	return resp, nil
 }
 
 // notifyReady sends READY=1 to systemd when it runs us as Type=notify.
