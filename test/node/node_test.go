@@ -14,9 +14,11 @@ import (
 )
 
 // guestSh runs a command that must succeed and returns its trimmed output.
+// Its timeout is for a command that hangs: with three guests on two CPUs a
+// dpkg -i has taken over 2 min.
 func guestSh(t *testing.T, n *Node, cmd string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	out, err := n.Run(ctx, cmd)
 	if err != nil {

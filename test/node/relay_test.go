@@ -77,7 +77,13 @@ func relayNodeConfig(t *testing.T, cfg Config, args string) *installed {
 	s.admin = admin
 	s.hist = watchNode(t, admin, name)
 	n := s.n
-	guestSh(t, n, "mkdir -p /root/pkgs && cp '"+s.deb+"' /root/pkgs/ && dpkg -i /root/pkgs/'"+filepath.Base(s.deb)+"' >/dev/null 2>&1")
+	// dpkg reads its database over the root share: seconds on a quiet
+	// machine, over 2 min with three guests on two CPUs.
+	dctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if out, err := n.Run(dctx, "mkdir -p /root/pkgs && cp '"+s.deb+"' /root/pkgs/ && dpkg -i /root/pkgs/'"+filepath.Base(s.deb)+"' 2>&1"); err != nil {
+		t.Fatalf("dpkg -i: %v\n%s", err, out)
+	}
 	setDaemonArgs(t, n, args)
 	if out, err := n.Run(context.Background(), "systemctl enable --now node-resized 2>&1"); err != nil {
 		t.Fatalf("%v: %s\n%s", err, out, journalTail(t, n, 30))

@@ -165,7 +165,7 @@ func plannedRelease(t *testing.T) {
 		// restarted onto the smaller machine.
 		asked := waitDaemonLog(t, n, "planned release: taking", mark, time.Second)
 		released := daemonLog(t, n, "released", mark)
-		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, time.Second)
+		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
 		for _, e := range append(append(asked, released...), restarted...) {
 			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
 		}
@@ -389,7 +389,7 @@ func (s *installed) releaseMemory(t *testing.T, excl *corev1.Pod, unplugCPUs fun
 		}
 		evicted := daemonLog(t, n, "evicted pod", mark)
 		blocks := releasedBlocks(mark)
-		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, time.Second)
+		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
 		for _, e := range append(append(evicted, blocks...), restarted...) {
 			t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
 		}

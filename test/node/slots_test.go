@@ -26,7 +26,7 @@ import (
 const EnvNodeParallel = "NODE_RESIZED_NODE_PARALLEL"
 
 // testWeights is each guest test's usual duration in seconds (a make
-// e2e-node run on a 2-core host, three guests at a time), which orders the
+// e2e-node run on a 2-core host, two guests at a time), which orders the
 // queue; a test not listed weighs defaultWeight.
 var testWeights = map[string]int{
 	"TestPlannedRelease/release":                   650,
