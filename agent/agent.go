@@ -157,6 +157,12 @@ type Config struct {
 	// before the kubelet goes down: a slow patch does not fall behind the
 	// settle delay.
 	StatusSettled func() <-chan struct{}
+	// Resync, when set, rebuilds the machine model at once and returns
+	// once the agent has it (the monitor's Resync). A release or give back
+	// that is done waits for it, at most ResyncBeforeReleaseDone, before
+	// its report is taken: the pass that takes the report then sees the
+	// machine the last offline left, not the model of a moment before.
+	Resync func(context.Context) error
 	// Release says that the node allows planned releases (--release):
 	// a configured capacity that asks for one (types.AnnotationRelease)
 	// is then carried out in the kernel by Releaser. Without a Releaser
@@ -397,6 +403,41 @@ func (a *Agent) ReportRelease(r types.ReleaseReport) {
 	a.release = r
 	a.mu.Unlock()
 	a.poke()
+}
+
+// ResyncBeforeReleaseDone bounds the wait of a finished release's report
+// for the model to catch up (Config.Resync).
+const ResyncBeforeReleaseDone = 30 * time.Second
+
+// SetResync sets Config.Resync, for a part built after the agent. Call it
+// before Run.
+func (a *Agent) SetResync(f func(context.Context) error) {
+	a.mu.Lock()
+	a.cfg.Resync = f
+	a.mu.Unlock()
+}
+
+// reportRelease is what the releaser reports through. A report that the
+// release (or give back) is done waits for a rebuild of the model first:
+// the releaser reports right after its last write to sysfs, while the
+// model may still show the last memory block online (its uevent not yet
+// rebuilt), and a pass on that model took the release for one that fell
+// short of the target, accepted it without restarting the kubelet and
+// said the DIMM was not yet safe to unplug.
+func (a *Agent) reportRelease(ctx context.Context) func(types.ReleaseReport) {
+	return func(r types.ReleaseReport) {
+		a.mu.Lock()
+		resync := a.cfg.Resync
+		a.mu.Unlock()
+		if r.Done && resync != nil {
+			rctx, cancel := context.WithTimeout(ctx, ResyncBeforeReleaseDone)
+			if err := resync(rctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("rebuild the machine model after the planned release", "err", err)
+			}
+			cancel()
+		}
+		a.ReportRelease(r)
+	}
 }
 
 // SetAfterRestart sets Config.AfterRestart, for a part built after the
@@ -682,12 +723,12 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) ca
 			a.log.Info("planned release: taking the CPUs and memory above the target offline", "target", x.Capacity.String(),
 				"generation", x.Generation)
 			if a.cfg.Releaser != nil {
-				a.cfg.Releaser.Release(ctx, x, p.snap, a.ReportRelease)
+				a.cfg.Releaser.Release(ctx, x, p.snap, a.reportRelease(ctx))
 			}
 		case decide.GiveBack:
 			a.log.Info("giving back the CPUs and memory of the planned release", "generation", x.Generation)
 			if a.cfg.Releaser != nil {
-				a.cfg.Releaser.GiveBack(ctx, x, a.ReportRelease)
+				a.cfg.Releaser.GiveBack(ctx, x, a.reportRelease(ctx))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -256,5 +257,28 @@ func TestReleaseNotAllowed(t *testing.T) {
 	rg.wantReleases(nil)
 	if got := testutil.CollectAndCount(rg.m.Releases); got != len(metrics.ReleaseResults) {
 		t.Errorf("node_resized_releases_total has %d series, want each result at 0 (%d)", got, len(metrics.ReleaseResults))
+	}
+}
+
+// A release that is done is reported only once the model has been rebuilt
+// (Config.Resync): the releaser reports right after its last write to
+// sysfs, and a pass on the model of a moment before took the last memory
+// block for online. A report of progress does not wait.
+func TestReleaseDoneWaitsForTheModel(t *testing.T) {
+	a := New(Config{}, &fakeRelay{})
+	var order []string
+	a.SetResync(func(context.Context) error {
+		a.mu.Lock()
+		order = append(order, fmt.Sprintf("resync with report generation %d", a.release.Generation))
+		a.mu.Unlock()
+		return nil
+	})
+	report := a.reportRelease(context.Background())
+	report(types.ReleaseReport{Generation: 1})
+	report(types.ReleaseReport{Generation: 2, Done: true})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(order) != 1 || order[0] != "resync with report generation 1" || a.release.Generation != 2 || !a.release.Done {
+		t.Errorf("resyncs %q, report %+v; want one resync, before the done report of generation 2 was taken", order, a.release)
 	}
 }

@@ -130,6 +130,13 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 		}
 	}
 	p.monitor = newMonitor(o, fsys, src, subs, busy, log, m)
+	if p.releaser != nil {
+		// A finished release is taken on a model that shows it.
+		p.agent.SetResync(func(ctx context.Context) error {
+			_, err := p.monitor.Resync(ctx)
+			return err
+		})
+	}
 	if p.socket, p.tcp, err = listeners(o); err != nil {
 		return nil, err
 	}
