@@ -428,29 +428,26 @@ func TestGainWaitsWhileMoreArePending(t *testing.T) {
 		t.Errorf("held %v a window after the last gain, want 0", d)
 	}
 
-	// An onliner that never finishes holds a gain GainsPendingMax at most.
-	r.sent = r.want
-	r.want = nil
-	pending.Store(true)
-	r.Publish(status(9, types.ReasonAccepted))
-	clk.Step(GainsPendingMax - 10*time.Millisecond)
-	if d := held(); d != 10*time.Millisecond {
-		t.Errorf("held %v 10ms before GainsPendingMax, want 10ms", d)
+	// A new gain after the last one was sent: held for d more after step.
+	next := func(cpu int64, stillPending bool, step, want time.Duration, what string) {
+		t.Helper()
+		r.sent, r.want = r.want, nil
+		pending.Store(stillPending)
+		r.Publish(status(cpu, types.ReasonAccepted))
+		clk.Step(step)
+		if d := held(); d != want {
+			t.Errorf("held %v %s, want %v", d, what, want)
+		}
 	}
+	// An onliner that never finishes holds a gain GainsPendingMax at most.
+	next(9, true, GainsPendingMax-10*time.Millisecond, 10*time.Millisecond, "10ms before GainsPendingMax")
 	clk.Step(10 * time.Millisecond)
 	if d := held(); d != 0 {
 		t.Errorf("held %v at GainsPendingMax, want 0", d)
 	}
-
 	// Without pending gains, the usual window.
-	r.sent = r.want
-	r.want = nil
-	pending.Store(false)
 	clk.Step(time.Second)
-	r.Publish(status(10, types.ReasonAccepted))
-	if d := held(); d != 250*time.Millisecond {
-		t.Errorf("held %v with nothing pending, want the window", d)
-	}
+	next(10, false, 0, 250*time.Millisecond, "with nothing pending")
 }
 
 func TestGain(t *testing.T) {
