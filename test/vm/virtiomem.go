@@ -178,12 +178,16 @@ func (v *VM) WaitVirtioMemSize(ctx context.Context, id string, want uint64, time
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	var seen []uint64
 	tick := time.NewTicker(VirtioMemPollInterval)
 	defer tick.Stop()
 	for {
 		size, err := v.VirtioMemSize(ctx, id)
-		if err != nil && ctx.Err() == nil {
+		// A write that meets the deadline fails with an i/o timeout a
+		// moment before ctx says it is done: that is the wait running
+		// out, not QEMU failing.
+		if err != nil && ctx.Err() == nil && time.Now().Before(deadline) {
 			return time.Since(start), seen, err
 		}
 		if err == nil {
