@@ -716,7 +716,8 @@ func (a *Agent) carryOut(ctx context.Context, d decide.Decision, p passInput) ca
 				"capacity", x.Capacity.String(), "generation", x.Generation)
 			limits(a.enforce(ctx, cgroup.Request{Kind: cgroup.KindReassert, Generation: x.Generation, Limits: x.Limits}, p))
 		case decide.Evict:
-			c.again = a.evict(ctx, x, a.evictOnline(x, p)) || c.again
+			online := a.evictOnline(&x, p.in, p.snap)
+			c.again = a.evict(ctx, x, online) || c.again
 		case decide.RestartKubelet:
 			a.restart(ctx, x, d.Next.RestartAt, p.snap)
 		case decide.Release:
@@ -925,22 +926,23 @@ func (a *Agent) enforce(ctx context.Context, r cgroup.Request, p passInput) erro
 	return nil
 }
 
-// evict starts an eviction pass; without an evictor it counts the pass as
-// done at once and asks for another decision.
 // evictOnline is the CPUs an eviction takes for online: those online now,
 // or, for a shrink whose request asks for a release the node allows, those
-// the release will leave online.
-func (a *Agent) evictOnline(x decide.Evict, p passInput) []int {
-	online := onlineCPUs(p.snap)
-	if a.cfg.Releaser == nil || !p.in.Release.Allowed || !p.in.Configured.Present || !p.in.Configured.Release || p.snap == nil {
+// the release will leave online (and x says so).
+func (a *Agent) evictOnline(x *decide.Evict, in decide.Input, snap *topology.Snapshot) []int {
+	online := onlineCPUs(snap)
+	if a.cfg.Releaser == nil || !in.Release.Allowed || !in.Configured.Present || !in.Configured.Release || snap == nil {
 		return online
 	}
-	if stay := a.cfg.Releaser.StaysOnline(p.snap, x.Capacity); stay != nil {
+	if stay := a.cfg.Releaser.StaysOnline(snap, x.Capacity); stay != nil {
+		x.Release = true
 		return stay
 	}
 	return online
 }
 
+// evict starts an eviction pass; without an evictor it counts the pass as
+// done at once and asks for another decision.
 func (a *Agent) evict(ctx context.Context, x decide.Evict, online []int) (again bool) {
 	if a.cfg.Evictor == nil {
 		a.log.Info("eviction is off: counting it as done", "generation", x.Generation, "allocatable", x.Allocatable.String())
@@ -969,7 +971,7 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 			"generation", in.Previous.Generation, "applied", in.Previous.Applied.String(), "target", d.Target.String())
 		return
 	}
-	a.cfg.Evictor.Start(ctx, decide.Evict{
+	x := decide.Evict{
 		Generation:  d.Next.Generation,
 		Capacity:    d.Next.Applied.Clone(),
 		Allocatable: decide.Allocatable(d.Next.Applied, a.cfg.Reservations),
@@ -977,7 +979,11 @@ func (a *Agent) resumeEviction(ctx context.Context, in decide.Input, d decide.De
 		// A planned shrink not published yet: its pods are looked at
 		// only, as when it began (its status goes first).
 		Hold: d.Next.Checking && d.Next.ClampDue,
-	}, onlineCPUs(snap), a.ReportEviction)
+	}
+	// A release's eviction resumes towards the CPUs the release leaves
+	// online, as it began: the pods on the CPUs it takes still go first.
+	online := a.evictOnline(&x, in, snap)
+	a.cfg.Evictor.Start(ctx, x, online, a.ReportEviction)
 }
 
 // onlineCPUs is the model's online CPU list (nil without a model).

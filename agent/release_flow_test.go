@@ -64,13 +64,15 @@ func (f *cpuReleaser) Released(*topology.Snapshot) types.Released {
 // onlineEvictor records the CPUs each eviction takes for online, and
 // reports every eviction done at once.
 type onlineEvictor struct {
-	mu     sync.Mutex
-	online [][]int
+	mu      sync.Mutex
+	online  [][]int
+	release []bool // each eviction's Release
 }
 
 func (e *onlineEvictor) Start(_ context.Context, x decide.Evict, online []int, report func(types.EvictionReport)) {
 	e.mu.Lock()
 	e.online = append(e.online, slices.Clone(online))
+	e.release = append(e.release, x.Release)
 	e.mu.Unlock()
 	go report(types.EvictionReport{Generation: x.Generation, Done: true})
 }
@@ -111,10 +113,10 @@ func TestReleaseThroughTheAgent(t *testing.T) {
 		t.Fatalf("%d releases asked for, want 1", releases)
 	}
 	ev.mu.Lock()
-	online := ev.online
+	online, release := ev.online, ev.release
 	ev.mu.Unlock()
-	if len(online) == 0 || !slices.Equal(online[0], []int{0, 3}) {
-		t.Errorf("the eviction before the release took %v for online, want the CPUs that stay, [0 3]", online)
+	if len(online) == 0 || !slices.Equal(online[0], []int{0, 3}) || !release[0] {
+		t.Errorf("the eviction before the release took %v for online (release %v), want the CPUs that stay, [0 3], said to be the release's", online, release)
 	}
 	for _, r := range relay.eventReasons() {
 		if r == types.EventEmergencyCapacityReduced {

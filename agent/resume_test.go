@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -134,5 +135,39 @@ func TestResumedCheckOfAPlannedShrink(t *testing.T) {
 	defer ol.mu.Unlock()
 	if ol.calls[0] != string(cgroup.KindClamp) {
 		t.Fatalf("kubepods writes %v, want the clamp", ol.calls)
+	}
+}
+
+// A daemon that stopped while evicting for a planned release resumes the
+// eviction towards the CPUs the release leaves online, as it began: a pod
+// on a CPU the release takes still goes before the CPU does.
+func TestResumedEvictionOfARelease(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	four, two := machine(4).Capacity(), machine(2).Capacity()
+	v := conf("cpu", "2")
+	v.Configured.Release = true
+	st := decide.State{Version: decide.StateVersion, Generation: 3, Evicting: true,
+		Applied: two, Physical: four.Clone(), Outcome: types.ReasonAccepted, Spec: v.Configured.Key(),
+		InProgress: "lowering capacity (cpu 4 → 2)",
+		Condition:  types.Condition{Status: types.StatusFalse, Reason: types.ReasonInProgress, Message: "lowering capacity (cpu 4 → 2)"}}
+	if err := SaveState(path, st); err != nil {
+		t.Fatal(err)
+	}
+	ev := &onlineEvictor{}
+	r := &run{t: t, relay: &fakeRelay{}, done: make(chan error, 1)}
+	fr := &cpuReleaser{stay: []int{0, 1}}
+	fr.onChange = func(cpus int) { snap := machine(cpus); r.a.OnChange(monitorChange(snap), snap) }
+	r.a = New(Config{StatePath: path, Evictor: ev, Release: true, Releaser: fr}, r.relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.a.Run(ctx) }()
+	t.Cleanup(r.stop)
+	r.a.OnNode(v)
+	hw(r, 4, 0)
+	waitUntil(t, func() bool { ev.mu.Lock(); defer ev.mu.Unlock(); return len(ev.online) > 0 })
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if !slices.Equal(ev.online[0], []int{0, 1}) || !ev.release[0] {
+		t.Errorf("the resumed eviction took %v for online (release %v), want the CPUs the release leaves online, [0 1]", ev.online[0], ev.release[0])
 	}
 }

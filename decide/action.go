@@ -107,6 +107,11 @@ type Evict struct {
 	Allocatable resources.List `json:"allocatable"`
 	Reason      string         `json:"reason"`
 	Hold        bool           `json:"hold,omitempty"`
+	// Release says that the CPUs the evictor is given for online are
+	// those a planned release leaves online: a Guaranteed pod's exclusive
+	// CPU missing from them is about to be released, not gone. The agent
+	// sets it when it passes those CPUs.
+	Release bool `json:"release,omitempty"`
 }
 
 // RestartKubelet restarts kubelet.service so that it re-reads the machine and

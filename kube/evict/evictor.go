@@ -296,7 +296,7 @@ func (e *Evictor) pass(ctx context.Context, j job) outcome {
 	}
 	e.noteProtectedOnOfflineCPUs(usages, online, exclusive)
 
-	victims, fits := Rank(usages, ev.Allocatable, online, exclusive)
+	victims, fits := Rank(usages, ev.Allocatable, online, exclusive, ev.Release)
 	if len(victims) == 0 {
 		return e.settle(ev, usages, leaving, fits)
 	}

@@ -19,7 +19,7 @@ func ExampleRank() {
 		{Namespace: "web", Name: "api", QOS: "burstable", Priority: 1000, MemoryRequest: 2 * gi, WorkingSet: 2 * gi, WorkingSetKnown: true},
 		{Namespace: "kube-system", Name: "etcd", QOS: "burstable", MemoryRequest: 2 * gi, WorkingSet: 2 * gi, WorkingSetKnown: true, Protected: "static pod"},
 	}
-	victims, fits := evict.Rank(pods, resources.List{resources.Memory: 5 * gi}, nil, nil)
+	victims, fits := evict.Rank(pods, resources.List{resources.Memory: 5 * gi}, nil, nil, false)
 	for _, v := range victims {
 		fmt.Println(v.Namespace + "/" + v.Name)
 	}

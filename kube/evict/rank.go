@@ -76,6 +76,8 @@ func (u PodUsage) String() string { return u.Namespace + "/" + u.Name }
 // CPU is compressible, so a pod is evicted for CPU only when it cannot run
 // as admitted: a Guaranteed pod whose exclusive CPUs (exclusive, by pod UID,
 // from the CPU manager's checkpoint) include one that is not in onlineCPUs.
+// release says that onlineCPUs are those a planned release leaves online
+// (the others are about to go offline, which the pod's Why says).
 // Those pods go first, whatever the memory. Burstable and BestEffort pods
 // and Guaranteed pods without exclusive CPUs are never evicted for CPU. An
 // empty onlineCPUs means the online set is unknown: nobody goes for CPU.
@@ -107,7 +109,7 @@ func (u PodUsage) String() string { return u.Namespace + "/" + u.Name }
 // charged what it uses. The sum is at least the sum of the requests and at
 // least the sum of the working sets, so when it fits neither the kubelet's
 // admission nor its memory-pressure eviction would find the node over.
-func Rank(pods []PodUsage, allocatable resources.List, onlineCPUs []int, exclusive map[string][]int) (victims []PodUsage, fits bool) {
+func Rank(pods []PodUsage, allocatable resources.List, onlineCPUs []int, exclusive map[string][]int, release bool) (victims []PodUsage, fits bool) {
 	online := make(map[int]bool, len(onlineCPUs))
 	for _, c := range onlineCPUs {
 		online[c] = true
@@ -118,6 +120,9 @@ func Rank(pods []PodUsage, allocatable resources.List, onlineCPUs []int, exclusi
 		if p.Protected == "" && p.QOS == qosGuaranteedName && len(online) > 0 {
 			if gone := offlineCPUs(exclusive[p.UID], online); len(gone) > 0 {
 				p.Why = fmt.Sprintf("its exclusive CPUs %s are no longer online", gone)
+				if release {
+					p.Why = fmt.Sprintf("its exclusive CPUs %s are among those the planned release takes offline", gone)
+				}
 				cpuVictims = append(cpuVictims, p)
 				continue
 			}

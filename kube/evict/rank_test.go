@@ -246,7 +246,7 @@ func TestRank(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := slices.Clone(tc.pods)
-			victims, fits := Rank(tc.pods, tc.allocatable, tc.online, tc.exclusive)
+			victims, fits := Rank(tc.pods, tc.allocatable, tc.online, tc.exclusive, false)
 			var got []string
 			for _, v := range victims {
 				got = append(got, v.Name)
@@ -265,15 +265,23 @@ func TestRank(t *testing.T) {
 }
 
 func TestRankWhy(t *testing.T) {
-	victims, _ := Rank([]PodUsage{
+	pods := []PodUsage{
 		evWith(evUsage("pinned", 1*evGi, 1*evGi, 0), evGuaranteed),
 		evUsage("over", 1*evGi, 3*evGi, 7),
-	}, evMem(1*evGi), []int{0, 1}, map[string][]int{"uid-pinned": {1, 5, 3, 2}})
+	}
+	exclusive := map[string][]int{"uid-pinned": {1, 5, 3, 2}}
+	victims, _ := Rank(pods, evMem(1*evGi), []int{0, 1}, exclusive, false)
 	if len(victims) != 2 {
 		t.Fatalf("victims %v", victims)
 	}
 	if !strings.Contains(victims[0].Why, "exclusive CPUs 2-3,5 are no longer online") {
 		t.Errorf("CPU victim: Why = %q", victims[0].Why)
+	}
+	// For a planned release, the CPUs are still online: the release is
+	// about to take them.
+	released, _ := Rank(pods, evMem(1*evGi), []int{0, 1}, exclusive, true)
+	if len(released) != 2 || released[0].Why != "its exclusive CPUs 2-3,5 are among those the planned release takes offline" {
+		t.Errorf("CPU victim of a release: %v", released)
 	}
 	for _, s := range []string{"3Gi, over allocatable memory 1Gi", "working set 3Gi, request 1Gi, priority 7"} {
 		if !strings.Contains(victims[1].Why, s) {
