@@ -91,6 +91,9 @@ type Config struct {
 	// have without virtio-mem. The guest needs the virtio_mem module
 	// (DefaultModules has it).
 	VirtioMem []VirtioMemDevice
+	// Disks are raw image files the guest sees as virtio-blk disks, in
+	// order (see Disk).
+	Disks []Disk
 	// ExtraArgs are added to QEMU's arguments.
 	ExtraArgs []string
 }
@@ -211,6 +214,9 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("config: NUMA node memory adds up to %d, Mem is %d", sum, c.Mem)
 		}
 	}
+	if err := c.checkDisks(); err != nil {
+		return err
+	}
 	return c.checkVirtioMem()
 }
 
@@ -242,6 +248,7 @@ func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
 		args = append(args, "-numa", node)
 	}
 	args = append(args, virtioMemArgs(c.VirtioMem)...)
+	args = append(args, diskArgs(c.Disks)...)
 	cmdline := KernelCmdline
 	if !strings.Contains(c.Append, "lpj=") {
 		cmdline += " " + presetLPJ()
