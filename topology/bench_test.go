@@ -313,6 +313,20 @@ func BenchmarkMemTotal(b *testing.B) {
 	}
 }
 
+// BenchmarkEphemeralStorage is one poll of the filesystem watch (every
+// 10 s, every second for a while after a disk's resize): a statfs of the
+// kubelet root directory, here a temporary directory.
+func BenchmarkEphemeralStorage(b *testing.B) {
+	fsys := newFixtureFS(b, scenarios()[0].fix).WithKubeletRootDir(b.TempDir())
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if _, err := fsys.EphemeralStorage(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkMemTotalCAdvisor is cAdvisor's way, for comparison.
 func BenchmarkMemTotalCAdvisor(b *testing.B) {
 	b.ReportAllocs()

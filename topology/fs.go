@@ -103,6 +103,19 @@ func (fs FS) ready() error {
 	return nil
 }
 
+// EphemeralStorage returns the size of the filesystem that holds the
+// kubelet's root directory (see [FS.WithKubeletRootDir]), as a snapshot's
+// EphemeralStorage: one statfs(2) and nothing else, so that it can run
+// every second to follow a filesystem grown online (resize2fs,
+// xfs_growfs), which no uevent reports. It returns 0 and no error when
+// the FS measures no kubelet root directory.
+func (fs FS) EphemeralStorage() (uint64, error) {
+	if err := fs.ready(); err != nil {
+		return 0, err
+	}
+	return fs.ephemeralStorage()
+}
+
 // ephemeralStorage measures the filesystem holding the kubelet root dir,
 // walking up to the nearest existing parent.
 func (fs FS) ephemeralStorage() (uint64, error) {
