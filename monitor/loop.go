@@ -33,7 +33,7 @@ type batch struct {
 	triggers []Trigger
 	events   int
 	seqnums  Seqnums
-	first    time.Time // arrival of the first timed input (uevent or MemTotal)
+	first    time.Time // arrival of the first timed input (uevent, MemTotal or filesystem poll)
 	deadline time.Time
 	// due says the batch waits for no quiet window: it runs at deadline
 	// (now, or a retry's backoff), and later inputs join it without
@@ -46,8 +46,8 @@ type batch struct {
 	// repeats included: the incremental rebuild re-reads these.
 	devs []topology.Device
 	// full says the rebuild must read the whole machine: an input other
-	// than a uevent (lost events, a resync, the MemTotal watch) is in the
-	// batch.
+	// than a uevent, a SEQNUM gap or the filesystem watch (lost events, a
+	// resync, the MemTotal watch) is in the batch.
 	full bool
 	// loss says an input of the batch took capacity away (or may have:
 	// lost events).
@@ -55,7 +55,10 @@ type batch struct {
 }
 
 // fullReason says why the batch reads the whole machine: its first
-// trigger that is not a uevent.
+// trigger that reads it. A uevent, a SEQNUM gap and the filesystem watch
+// re-read only what they name and the totals, so they are never the
+// reason: a batch that holds only them is incremental, and Update names
+// its own reason when it reads the whole machine after all.
 func (b *batch) fullReason() string {
 	for _, t := range b.triggers {
 		switch t {
@@ -144,6 +147,9 @@ type loop struct {
 	memTick    <-chan time.Time // nil when the MemTotal watch is off
 	resyncTick <-chan time.Time // nil when the periodic resync is off
 
+	// fs is the filesystem watch; its timer is nil when it is off.
+	fs fsWatch
+
 	// timer fires at the pending batch's deadline; armed is the deadline
 	// it is set for (zero when none).
 	timer clock.Timer
@@ -152,13 +158,13 @@ type loop struct {
 	pending *batch
 	memSeen uint64 // the last MemTotal the watch acted on
 	// active is when the loop last took a timed input (a uevent, lost
-	// events, a MemTotal change) or finished rebuilding a batch of them;
-	// zero before the first. burst says that an input has been held since
-	// the last leading edge: a burst is under way. An input is a leading
-	// edge, rebuilt at once, when it comes a quiet window after active or
-	// later, or, while no burst is under way, a quarter of one, or at any
-	// time when it is a gain and the first input after the rebuild of a
-	// loss (afterLoss).
+	// events, a MemTotal or filesystem change) or finished rebuilding a
+	// batch of them; zero before the first. burst says that an input has
+	// been held since the last leading edge: a burst is under way. An
+	// input is a leading edge, rebuilt at once, when it comes a quiet
+	// window after active or later, or, while no burst is under way, a
+	// quarter of one, or at any time when it is a gain and the first input
+	// after the rebuild of a loss (afterLoss).
 	active    time.Time
 	burst     bool
 	afterLoss bool
@@ -178,6 +184,9 @@ func (m *Monitor) newLoop(snap *topology.Snapshot) *loop {
 	}
 	l.timer = m.clock.NewTimer(time.Hour)
 	l.timer.Stop()
+	if m.cfg.FSPoll > 0 {
+		l.fs.start(m.clock, m.cfg, snap.EphemeralStorage)
+	}
 	return l
 }
 
@@ -186,6 +195,9 @@ func (l *loop) stop() {
 		t.Stop()
 	}
 	l.timer.Stop()
+	if l.fs.timer != nil {
+		l.fs.timer.Stop()
+	}
 }
 
 // run turns until ctx is done: each input is taken into the pending batch,
@@ -204,6 +216,8 @@ func (l *loop) run(ctx context.Context) {
 			l.overflowed()
 		case at := <-l.memTick:
 			l.pollMemTotal(at)
+		case at := <-l.fs.tick:
+			l.pollFilesystem(at)
 		case <-l.resyncTick:
 			l.now(TriggerResync)
 		case req := <-l.m.requests:
@@ -242,6 +256,10 @@ func (l *loop) intake(it item) {
 		// hides behind a gap; a block added offline (no capacity) waits
 		// for the next event that names it or the periodic resync.
 		l.arrive(TriggerGap, l.clock.Now(), true, false, false)
+		return
+	}
+	if it.ev.Subsystem == "block" {
+		l.blockEvent(it.ev)
 		return
 	}
 	l.m.countUevent()
@@ -340,13 +358,13 @@ func (l *loop) open() *batch {
 //     and a loss is never held. An input is a leading edge when the loop
 //     has taken no timed input and rebuilt none for a quiet window, or,
 //     while no burst is under way, for a quarter of one, or when it is a
-//     gain (an online or add event, a MemTotal that grew) and the first
-//     input after a loss was rebuilt: single events a few milliseconds
-//     apart are each rebuilt at once, and so is a CPU brought back
-//     however soon after it was taken offline (the gain may undo the
-//     loss, and the loss's rebuild ended whatever came before it; the
-//     removals that follow offlines still make one burst). A held input
-//     (a memory block added or onlined) is never a leading edge;
+//     gain (an online or add event, a MemTotal or a filesystem that grew)
+//     and the first input after a loss was rebuilt: single events a few
+//     milliseconds apart are each rebuilt at once, and so is a CPU
+//     brought back however soon after it was taken offline (the gain may
+//     undo the loss, and the loss's rebuild ended whatever came before
+//     it; the removals that follow offlines still make one burst). A held
+//     input (a memory block added or onlined) is never a leading edge;
 //   - any other input starts a burst, or goes on with it: it opens the
 //     burst's trailing batch or extends it, pushing its deadline out to
 //     the end of the quiet window but never past MaxWait from the batch's
@@ -359,7 +377,7 @@ func (l *loop) open() *batch {
 func (l *loop) arrive(t Trigger, at time.Time, loss, held, gain bool) *batch {
 	b := l.open()
 	b.addTrigger(t)
-	if t != TriggerUevent && t != TriggerGap {
+	if t != TriggerUevent && t != TriggerGap && t != TriggerFilesystem {
 		b.full = true
 	}
 	if b.first.IsZero() {
@@ -555,6 +573,12 @@ func (m *Monitor) offer(queue chan<- item, it item) {
 func (m *Monitor) countUevent() {
 	m.mu.Lock()
 	m.stats.Uevents++
+	m.mu.Unlock()
+}
+
+func (m *Monitor) countBlockEvent() {
+	m.mu.Lock()
+	m.stats.BlockEvents++
 	m.mu.Unlock()
 }
 

@@ -22,7 +22,10 @@ import (
 // matching net.ErrClosed once Close was called. Event.Received is the
 // arrival time on the monitor's clock (uevent.Listener stamps the real
 // monotonic clock, the default); an event without one is stamped when the
-// loop takes it.
+// loop takes it. An event of the block subsystem is never a device of the
+// model: a disk's resize (a change with RESIZE=1) only makes the
+// filesystem watch poll fast for a while (Config.FSWatchAfterResize), and
+// any other block event is counted and dropped.
 type Source interface {
 	Receive() (uevent.Event, error)
 	Close() error
@@ -39,6 +42,10 @@ type Machine interface {
 	Update(prev *topology.Snapshot, devs []topology.Device) (s *topology.Snapshot, full string, err error)
 	// MemTotal reads /proc/meminfo MemTotal only.
 	MemTotal() (uint64, error)
+	// EphemeralStorage reads the size of the filesystem that holds the
+	// kubelet's root directory only (one statfs), as the model's
+	// EphemeralStorage; 0 with no error when none is measured.
+	EphemeralStorage() (uint64, error)
 }
 
 var (
@@ -51,14 +58,15 @@ type Trigger string
 
 // Triggers of a rebuild.
 const (
-	TriggerStartup  Trigger = "startup"  // the first model
-	TriggerUevent   Trigger = "uevent"   // a kernel uevent of a relevant subsystem
-	TriggerMemTotal Trigger = "memtotal" // MemTotal changed with no uevent (balloon, virtio-mem)
-	TriggerLost     Trigger = "lost"     // uevents were lost: rescan everything
-	TriggerGap      Trigger = "gap"      // a SEQNUM gap: re-read the totals, rescan only if they moved
-	TriggerResync   Trigger = "resync"   // the periodic safety-net resync
-	TriggerRequest  Trigger = "request"  // a resync asked for through the API
-	TriggerRetry    Trigger = "retry"    // a rebuild that failed is tried again
+	TriggerStartup    Trigger = "startup"    // the first model
+	TriggerUevent     Trigger = "uevent"     // a kernel uevent of a relevant subsystem
+	TriggerMemTotal   Trigger = "memtotal"   // MemTotal changed with no uevent (balloon, virtio-mem)
+	TriggerFilesystem Trigger = "filesystem" // the kubelet root filesystem's size changed with no uevent (grown online): re-read the totals
+	TriggerLost       Trigger = "lost"       // uevents were lost: rescan everything
+	TriggerGap        Trigger = "gap"        // a SEQNUM gap: re-read the totals, rescan only if they moved
+	TriggerResync     Trigger = "resync"     // the periodic safety-net resync
+	TriggerRequest    Trigger = "request"    // a resync asked for through the API
+	TriggerRetry      Trigger = "retry"      // a rebuild that failed is tried again
 )
 
 // Config tunes the loop. The zero value of a field takes the default.
@@ -83,6 +91,23 @@ type Config struct {
 	// MemPoll is the interval of the MemTotal watch (default 1s; negative
 	// turns it off).
 	MemPoll time.Duration
+	// FSPoll is the interval of the filesystem watch (default 10s;
+	// negative turns it off, and with it FSWatchAfterResize): a
+	// Machine.EphemeralStorage that differs from the model's is a
+	// change of the totals, rebuilt as one (TriggerFilesystem), a loss
+	// when the filesystem shrank. The filesystem that holds the kubelet's
+	// root directory grows online (a cloud disk resized, then growpart
+	// and resize2fs or xfs_growfs) with no uevent for it.
+	FSPoll time.Duration
+	// FSWatchAfterResize is how long the filesystem watch polls at
+	// MemPoll's interval (1s when the MemTotal watch is off; never
+	// slower than FSPoll) after a block device's change uevent with
+	// RESIZE=1, the kernel's word that a disk's capacity changed (default
+	// 5m; negative: such a uevent changes nothing). The disk comes first;
+	// its partition and filesystem are grown after it, by hand or by
+	// cloud-init, and this window is for them. Each such uevent starts
+	// the window again.
+	FSWatchAfterResize time.Duration
 	// Resync is the interval of the full safety-net resync (default 5m;
 	// negative turns it off).
 	Resync time.Duration
@@ -107,9 +132,9 @@ type Config struct {
 	Logger      *slog.Logger
 	Metrics     *metrics.Metrics
 	// Clock is the loop's time (default the real clock): the coalescing
-	// windows, the MemTotal watch, the resync, the retry backoff, the
-	// socket reader's backoff after an error, the latency, the times in
-	// Change and Stats.
+	// windows, the MemTotal and filesystem watches, the resync, the retry
+	// backoff, the socket reader's backoff after an error, the latency,
+	// the times in Change and Stats.
 	Clock clock.WithTicker
 }
 
@@ -137,6 +162,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MemPoll == 0 {
 		c.MemPoll = time.Second
+	}
+	if c.FSPoll == 0 {
+		c.FSPoll = 10 * time.Second
+	}
+	if c.FSWatchAfterResize == 0 {
+		c.FSWatchAfterResize = 5 * time.Minute
 	}
 	if c.Resync == 0 {
 		c.Resync = 5 * time.Minute
@@ -170,9 +201,9 @@ type Change struct {
 	Events  int     `json:"events"`
 	Seqnums Seqnums `json:"seqnums"`
 	// LatencySeconds is the time from the arrival of the batch's first
-	// event (a uevent, or the MemTotal poll that saw a change) to the
-	// updated model; 0 for startup and resyncs (and on a test's fake
-	// clock, for an event rebuilt at once).
+	// event (a uevent, or the MemTotal or filesystem poll that saw a
+	// change) to the updated model; 0 for startup and resyncs (and on a
+	// test's fake clock, for an event rebuilt at once).
 	LatencySeconds float64          `json:"latencySeconds"`
 	Changes        topology.Changes `json:"changes"`
 	// Capacity is the new model's physical capacity (Snapshot.Capacity).
@@ -230,7 +261,11 @@ type Stats struct {
 	RebuildErrors uint64    `json:"rebuildErrors"`
 	Changes       uint64    `json:"changes"`
 	Uevents       uint64    `json:"uevents"`
-	LostEvents    uint64    `json:"lostEvents"`
+	// BlockEvents counts the uevents of the block subsystem, which are
+	// not in Uevents: prompts of the filesystem watch, never of a
+	// rebuild (see Config.FSWatchAfterResize).
+	BlockEvents uint64 `json:"blockEvents"`
+	LostEvents  uint64 `json:"lostEvents"`
 	// SeqnumGaps counts the SEQNUM gaps confirmed cheaply (see
 	// TriggerGap); LostEvents the losses that made a full rescan.
 	SeqnumGaps     uint64    `json:"seqnumGaps"`
@@ -282,7 +317,8 @@ type resyncReply struct {
 }
 
 // New returns a monitor over machine. src may be nil: then only the
-// MemTotal watch, the periodic resync and forced resyncs drive the model.
+// MemTotal and filesystem watches, the periodic resync and forced resyncs
+// drive the model.
 func New(machine Machine, src Source, cfg Config) *Monitor {
 	cfg.setDefaults()
 	return &Monitor{

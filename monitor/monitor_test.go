@@ -30,6 +30,12 @@ type fakeMachine struct {
 	updates   int               // Update calls
 	devs      []topology.Device // the devices of the last Update
 	fail      int               // the next fail reads return an error
+	// ephemeral is the kubelet root filesystem's size, in the model and
+	// for EphemeralStorage, which fails with fsErr when set; fsPolls
+	// counts its calls.
+	ephemeral uint64
+	fsErr     error
+	fsPolls   int
 	// onSnapshot, when set, runs at the start of each Snapshot call,
 	// with mu held: the machine changing under a full rebuild.
 	onSnapshot func(f *fakeMachine)
@@ -65,9 +71,10 @@ func (f *fakeMachine) model() (*topology.Snapshot, error) {
 		node.CPUs = append(node.CPUs, topology.CPU{ID: id})
 	}
 	return &topology.Snapshot{
-		CPUs:     topology.CPUs{Online: append(topology.CPUSet(nil), f.online...)},
-		Nodes:    []topology.Node{node},
-		MemTotal: f.memTotal,
+		CPUs:             topology.CPUs{Online: append(topology.CPUSet(nil), f.online...)},
+		Nodes:            []topology.Node{node},
+		MemTotal:         f.memTotal,
+		EphemeralStorage: f.ephemeral,
 	}, nil
 }
 
@@ -75,6 +82,16 @@ func (f *fakeMachine) MemTotal() (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.memTotal, nil
+}
+
+func (f *fakeMachine) EphemeralStorage() (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fsPolls++
+	if f.fsErr != nil {
+		return 0, f.fsErr
+	}
+	return f.ephemeral, nil
 }
 
 func (f *fakeMachine) set(online topology.CPUSet, memTotal uint64) {
@@ -158,15 +175,24 @@ type harness struct {
 	base  int
 }
 
-// timerClock is a fake clock that tells when the timers made from it are
-// set to fire: the loop makes one, for its pending batch.
+// timerClock is a fake clock that tells when the first timer made from
+// it is set to fire: the loop makes that one first, for its pending
+// batch (the filesystem watch's comes after it).
 type timerClock struct {
 	*clocktesting.FakeClock
 	mu     sync.Mutex
 	target time.Time // when the timer is set to fire; zero when stopped
+	made   bool      // the batch's timer is made
 }
 
 func (c *timerClock) NewTimer(d time.Duration) clock.Timer {
+	c.mu.Lock()
+	first := !c.made
+	c.made = true
+	c.mu.Unlock()
+	if !first {
+		return c.FakeClock.NewTimer(d)
+	}
 	c.set(c.Now().Add(d))
 	return &watchedTimer{Timer: c.FakeClock.NewTimer(d), c: c}
 }
@@ -261,7 +287,7 @@ func (h *harness) run(machine Machine, cfg Config) {
 // settle cannot race with the loop setting it.
 func (h *harness) settle() {
 	h.t.Helper()
-	waitFor(h.t, func() bool { return h.mon.Stats().Uevents == h.src.sent })
+	waitFor(h.t, func() bool { st := h.mon.Stats(); return st.Uevents+st.BlockEvents == h.src.sent })
 	h.alive()
 }
 
