@@ -50,10 +50,10 @@ var version = "dev"
 const usageHead = `node-resized follows CPU and memory hotplug on this machine and keeps an
 exact model of it: kernel uevents (NETLINK_KOBJECT_UEVENT) trigger a rebuild
 of the NUMA topology from sysfs within milliseconds, a MemTotal watch catches
-balloon and virtio-mem changes that send no uevent, and a periodic resync is
-the safety net. The model, the kubelet-exact physical capacity and every
-change are served on a unix socket (ask it with node-resizectl or
-curl --unix-socket).
+balloon and virtio-mem changes that send no uevent, a filesystem watch follows
+the kubelet root filesystem grown online, and a periodic resync is the safety
+net. The model, the kubelet-exact physical capacity and every change are
+served on a unix socket (ask it with node-resizectl or curl --unix-socket).
 
 As a Kubernetes node agent (the default) it also reads the Node's configured
 capacity (spec.configuredCapacity, or the annotation
@@ -107,6 +107,7 @@ type options struct {
 	maxWait        time.Duration
 	gainWindow     time.Duration
 	memPoll        time.Duration
+	fsPoll         time.Duration
 	resync         time.Duration
 	history        int
 	logLevel       string
@@ -166,12 +167,15 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.DurationVar(&o.apiLimits.ReadTimeout, "api-read-timeout", api.DefaultReadTimeout, "close a connection of the local API whose request's headers and body are not read within this long")
 	fs.IntVar(&o.apiLimits.MaxConnections, "api-max-connections", api.DefaultMaxConnections, "connections open at once on the socket, and on the TCP listener; one more is answered 503 and closed. Lowered at start to leave the detection loop room below the open-files limit (RLIMIT_NOFILE)")
 	fs.IntVar(&o.apiLimits.MaxStreams, "api-max-streams", api.DefaultMaxStreams, "event streams (GET /v1/events?follow=1) open at once; one more is answered 503")
-	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal watch and resyncs still run)")
+	fs.BoolVar(&o.uevents, "uevents", true, "listen to kernel uevents (turn off only with a synthetic --sysfs-root; the MemTotal and filesystem watches and resyncs still run)")
 	fs.IntVar(&o.ueventBuffer, "uevent-buffer", 16<<20, "receive buffer of the uevent socket in bytes (SO_RCVBUFFORCE when permitted)")
 	fs.DurationVar(&o.quiet, "coalesce-quiet", 20*time.Millisecond, "an event after this long without one (a quarter of it, outside a burst) is rebuilt at once, and so is every loss; events that follow closer together are a burst, rebuilt as one change once none has arrived for this long")
 	fs.DurationVar(&o.maxWait, "coalesce-max", 500*time.Millisecond, "rebuild a burst's held events at the latest this long after the first of them")
 	fs.DurationVar(&o.gainWindow, "coalesce-gains", 250*time.Millisecond, "hold a Node status patch that only adds capacity until the wanted status has not changed for this long, at most twice as long (while --auto-online is still onlining a hot-add, until this long after it is done, at most 10s), so that a hot-add costs one patch; a loss and every other status are patched at once (0: every status at once)")
 	fs.DurationVar(&o.memPoll, "memtotal-interval", time.Second, "how often to check MemTotal for changes that send no uevent (0: off)")
+	fs.DurationVar(&o.fsPoll, "fs-poll", 10*time.Second, "how often to check the size of the filesystem that holds --kubelet-root-dir, the ephemeral-storage capacity (0 or negative: off). "+
+		"A filesystem grown online (resize2fs, xfs_growfs after a cloud disk resize and growpart) sends no uevent; the kernel tells only of the block device (its change uevent with RESIZE=1), after which the check runs every --memtotal-interval (1s when that is off) for 5m, to see the partition and the filesystem grown next. "+
+		"Each check is one statfs, a few microseconds")
 	fs.DurationVar(&o.resync, "resync-interval", 5*time.Minute, "how often to rebuild the model in full as a safety net (0: off)")
 	fs.IntVar(&o.history, "history", 256, "how many changes to keep for /v1/events")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

@@ -395,22 +395,36 @@ func detectionInputs(o *options, log *slog.Logger, m *metrics.Metrics) (topology
 	fsys = fsys.WithKubeletRootDir(o.kubeletRootDir)
 	var src monitor.Source
 	if o.uevents {
-		l, err := uevent.Listen(uevent.Options{
-			ReceiveBuffer: o.ueventBuffer,
-			Logger:        log,
-			OnEvent: func(subsystem string, action uevent.Action) {
-				m.UeventsTotal.WithLabelValues(subsystem, action.String()).Inc()
-			},
-			OnDrop: func(reason uevent.DropReason, n int) {
-				m.UeventsDropped.WithLabelValues(string(reason)).Add(float64(n))
-			},
-		})
+		l, err := uevent.Listen(listenerOptions(o, log, m))
 		if err != nil {
-			return topology.FS{}, nil, fmt.Errorf("listen for kernel uevents: %w (run with --uevents=false to rely on the MemTotal watch and resyncs only)", err)
+			return topology.FS{}, nil, fmt.Errorf("listen for kernel uevents: %w (run with --uevents=false to rely on the MemTotal and filesystem watches and resyncs only)", err)
 		}
 		src = l
 	}
 	return fsys, src, nil
+}
+
+// listenerOptions are the uevent listener's: the subsystems whose uevents
+// change the capacity (the listener's default cpu, memory and node), and
+// block while the filesystem watch runs, for a disk's resize (RESIZE=1),
+// which makes it poll fast for a while. Every uevent delivered is counted
+// by subsystem and action.
+func listenerOptions(o *options, log *slog.Logger, m *metrics.Metrics) uevent.Options {
+	var subsystems []string
+	if o.fsWatch() {
+		subsystems = []string{"cpu", "memory", "node", "block"}
+	}
+	return uevent.Options{
+		Subsystems:    subsystems,
+		ReceiveBuffer: o.ueventBuffer,
+		Logger:        log,
+		OnEvent: func(subsystem string, action uevent.Action) {
+			m.UeventsTotal.WithLabelValues(subsystem, action.String()).Inc()
+		},
+		OnDrop: func(reason uevent.DropReason, n int) {
+			m.UeventsDropped.WithLabelValues(string(reason)).Add(float64(n))
+		},
+	}
 }
 
 // newMonitor builds the detection loop.
@@ -421,6 +435,7 @@ func newMonitor(o *options, fsys topology.FS, src monitor.Source, subs []monitor
 		MaxWait:     o.maxWait,
 		Busy:        busy,
 		MemPoll:     disabledIfZero(o.memPoll),
+		FSPoll:      o.fsPollOrOff(),
 		Resync:      disabledIfZero(o.resync),
 		History:     o.history,
 		Subscribers: subs,
@@ -440,6 +455,21 @@ func (p *parts) apiInfo(o *options) api.Info {
 		info.Mode, info.NodeName, info.NodeNameSource, info.Relay = "kubernetes", o.nodeName, o.nodeNameSource, p.relay
 	}
 	return info
+}
+
+// fsWatch says whether the filesystem watch runs: --fs-poll is positive
+// and there is a kubelet root directory to measure.
+func (o *options) fsWatch() bool {
+	return o.fsPoll > 0 && o.kubeletRootDir != ""
+}
+
+// fsPollOrOff is the monitor's FSPoll: --fs-poll, or negative (off) when
+// the filesystem watch does not run.
+func (o *options) fsPollOrOff() time.Duration {
+	if !o.fsWatch() {
+		return -1
+	}
+	return o.fsPoll
 }
 
 // disabledIfZero maps the flags' 0 (off) to the monitor's negative.
