@@ -13,10 +13,10 @@ import (
 // kubelet's root directory, the node's ephemeral-storage capacity. The
 // filesystem grows online (a cloud disk resized, then growpart and
 // resize2fs or xfs_growfs) and no uevent says so: the kernel tells only of
-// the disk (a block device's change uevent with RESIZE=1), and the
-// partition and the filesystem are grown after it, by hand or by
-// cloud-init. So the watch polls (Config.FSPoll, one statfs), and after a
-// disk's resize polls at the MemTotal watch's pace for a while
+// the block device (its change uevent with RESIZE=1), and the partition
+// and the filesystem are grown after it, by hand or by cloud-init. So the
+// watch polls (Config.FSPoll, one statfs), and after a device's resize
+// polls at the MemTotal watch's pace for a while
 // (Config.FSWatchAfterResize). A size that differs from the model's is a
 // change of the totals: the batch re-reads them (topology.FS.Update of no
 // device), a loss when the filesystem shrank.
@@ -125,11 +125,11 @@ func (l *loop) fsFailed(now time.Time, err error) {
 }
 
 // blockEvent takes a uevent of the block subsystem. A change with
-// RESIZE=1 is the kernel's word that a disk's capacity changed
+// RESIZE=1 is the kernel's word that a block device's capacity changed
 // (set_capacity_and_notify: a virtio-blk, NVMe or SCSI disk resized, a
-// loop device after losetup -c): the filesystem watch polls fast for its
-// window, to see the filesystem grown after it. No block event opens a
-// batch or names a device of the model.
+// device-mapper volume extended, a loop device after losetup -c): the
+// filesystem watch polls fast for its window, to see the filesystem grown
+// after it. No block event opens a batch or names a device of the model.
 func (l *loop) blockEvent(ev uevent.Event) {
 	l.m.countBlockEvent()
 	w := &l.fs
