@@ -178,7 +178,7 @@ func New() *Metrics {
 		UeventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "uevents_total",
-			Help:      "Kernel uevents of the cpu, memory and node subsystems delivered to the detection loop.",
+			Help:      "Kernel uevents delivered to the detection loop: the cpu, memory and node subsystems, and the block subsystem while the filesystem watch runs (a disk's resize).",
 		}, []string{"subsystem", "action"}),
 		UeventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,

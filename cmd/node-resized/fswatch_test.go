@@ -10,12 +10,12 @@ import (
 	"github.com/node-resized/node-resized/metrics"
 )
 
-// --fs-poll reaches the monitor as its FSPoll, off (negative) when it is
-// 0 or negative or there is no kubelet root directory to measure; while
+// --fs-interval reaches the monitor as its FSPoll, off (negative) when it is
+// 0 or there is no kubelet root directory to measure; while
 // the watch runs, the listener also delivers the block subsystem, whose
 // RESIZE=1 change uevent makes the watch poll fast, and none of it when
 // the watch is off.
-func TestFSPollFlag(t *testing.T) {
+func TestFSIntervalFlag(t *testing.T) {
 	const capacity = "cpu memory node"
 	for _, tc := range []struct {
 		name       string
@@ -24,9 +24,8 @@ func TestFSPollFlag(t *testing.T) {
 		subsystems []string
 	}{
 		{"default", nil, 10 * time.Second, []string{"cpu", "memory", "node", "block"}},
-		{"set", []string{"--fs-poll=30s"}, 30 * time.Second, []string{"cpu", "memory", "node", "block"}},
-		{"0: off", []string{"--fs-poll=0"}, -1, nil},
-		{"negative: off", []string{"--fs-poll=-1s"}, -1, nil},
+		{"set", []string{"--fs-interval=30s"}, 30 * time.Second, []string{"cpu", "memory", "node", "block"}},
+		{"0: off", []string{"--fs-interval=0"}, -1, nil},
 		{"no kubelet root directory", []string{"--kubelet-root-dir="}, -1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,5 +41,11 @@ func TestFSPollFlag(t *testing.T) {
 				t.Errorf("listener subsystems %q, want %q (nil: the listener's default, %s)", lo.Subsystems, tc.subsystems, capacity)
 			}
 		})
+	}
+}
+
+func TestFSIntervalMustNotBeNegative(t *testing.T) {
+	if _, err := parseFlags([]string{"--standalone", "--fs-interval=-1s"}, io.Discard); err == nil {
+		t.Error("--fs-interval=-1s accepted")
 	}
 }

@@ -173,7 +173,7 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 	fs.DurationVar(&o.maxWait, "coalesce-max", 500*time.Millisecond, "rebuild a burst's held events at the latest this long after the first of them")
 	fs.DurationVar(&o.gainWindow, "coalesce-gains", 250*time.Millisecond, "hold a Node status patch that only adds capacity until the wanted status has not changed for this long, at most twice as long (while --auto-online is still onlining a hot-add, until this long after it is done, at most 10s), so that a hot-add costs one patch; a loss and every other status are patched at once (0: every status at once)")
 	fs.DurationVar(&o.memPoll, "memtotal-interval", time.Second, "how often to check MemTotal for changes that send no uevent (0: off)")
-	fs.DurationVar(&o.fsPoll, "fs-poll", 10*time.Second, "how often to check the size of the filesystem that holds --kubelet-root-dir, the ephemeral-storage capacity (0 or negative: off). "+
+	fs.DurationVar(&o.fsPoll, "fs-interval", 10*time.Second, "how often to check the size of the filesystem that holds --kubelet-root-dir, the ephemeral-storage capacity (0: off). "+
 		"A filesystem grown online (resize2fs, xfs_growfs after a cloud disk resize and growpart) sends no uevent; the kernel tells only of the block device (its change uevent with RESIZE=1), after which the check runs every --memtotal-interval (1s when that is off) for 5m, to see the partition and the filesystem grown next. "+
 		"Each check is one statfs, a few microseconds")
 	fs.DurationVar(&o.resync, "resync-interval", 5*time.Minute, "how often to rebuild the model in full as a safety net (0: off)")
@@ -248,8 +248,8 @@ func parseFlags(args []string, help io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--coalesce-max (%s) must not be shorter than --coalesce-quiet (%s)", o.maxWait, o.quiet)
 	case o.gainWindow < 0:
 		return nil, fmt.Errorf("--coalesce-gains must not be negative (0 turns it off), got %s", o.gainWindow)
-	case o.memPoll < 0 || o.resync < 0:
-		return nil, errors.New("--memtotal-interval and --resync-interval must not be negative (0 turns them off)")
+	case o.memPoll < 0 || o.resync < 0 || o.fsPoll < 0:
+		return nil, errors.New("--memtotal-interval, --fs-interval and --resync-interval must not be negative (0 turns them off)")
 	case o.history <= 0:
 		return nil, fmt.Errorf("--history must be positive, got %d", o.history)
 	case o.socket == "":

@@ -457,13 +457,13 @@ func (p *parts) apiInfo(o *options) api.Info {
 	return info
 }
 
-// fsWatch says whether the filesystem watch runs: --fs-poll is positive
+// fsWatch says whether the filesystem watch runs: --fs-interval is not 0
 // and there is a kubelet root directory to measure.
 func (o *options) fsWatch() bool {
 	return o.fsPoll > 0 && o.kubeletRootDir != ""
 }
 
-// fsPollOrOff is the monitor's FSPoll: --fs-poll, or negative (off) when
+// fsPollOrOff is the monitor's FSPoll: --fs-interval, or negative (off) when
 // the filesystem watch does not run.
 func (o *options) fsPollOrOff() time.Duration {
 	if !o.fsWatch() {
