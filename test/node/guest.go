@@ -262,12 +262,17 @@ func (t guestTree) links() string {
 // node-resized load what they need), debug and trace file systems, the
 // POSIX message queue mount (runc mounts its own in each container), user
 // accounts and logins (the root is this machine's, read-only, and nobody
-// logs in).
+// logs in), and udev (where this machine has it: a node onlines its
+// hot-added hardware with node-resized's --auto-online; the one scenario
+// that runs a distribution's udev rule starts udevd itself, see
+// startDistroUdev).
 var bootUnitsMasked = []string{
 	"modprobe@drm.service", "modprobe@fuse.service", "modprobe@dm_mod.service", "modprobe@configfs.service", "modprobe@loop.service",
 	"sys-kernel-debug.mount", "sys-kernel-tracing.mount", "sys-kernel-config.mount", "dev-mqueue.mount",
 	"systemd-sysusers.service", "systemd-logind.service", "systemd-user-sessions.service",
 	"systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
+	"systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+	"systemd-udev-trigger.service", "systemd-udev-settle.service", "systemd-hwdb-update.service",
 }
 
 // baseTree returns the node's own files: identity, name resolution,

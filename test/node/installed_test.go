@@ -280,9 +280,9 @@ func (s *installed) watchdog(t *testing.T) {
 	})
 }
 
-// autoOnline: the guest has no udev, so hot-added CPUs and memory blocks
-// stay offline unless someone onlines them: the operator's flag in
-// /etc/default/node-resized.
+// autoOnline: the guest runs no udevd (its boot masks it), so hot-added
+// CPUs and memory blocks stay offline unless someone onlines them: the
+// operator's flag in /etc/default/node-resized.
 func (s *installed) autoOnline(t *testing.T) {
 	n := s.n
 	args := strings.TrimSpace("--auto-online " + os.Getenv(EnvDaemonArgs))

@@ -130,6 +130,12 @@ func plannedRelease(t *testing.T) {
 		t.Fatalf("the second Guaranteed pod holds CPUs %q, want a hot-added one (2 or 3)", held2)
 	}
 
+	// A distribution's hot-add rule, run by the real udevd, from here
+	// through a-cpus-udev-replay: the release's offline uevents pass
+	// through it, and a-cpus' quiet window shows that nothing onlines
+	// the released CPUs again.
+	udevd := startDistroUdev(t, n)
+
 	var releaseMark time.Time
 	t.Run("a-cpus", func(t *testing.T) {
 		mark := guestNow(t, n)
@@ -180,6 +186,9 @@ func plannedRelease(t *testing.T) {
 		}
 		if len(evicted) != 1 || evicted[0].str("POD") != "default/excl2" {
 			t.Fatalf("evicted %d pod(s), want only default/excl2 (CPU %s, which the release takes)", len(evicted), held2)
+		}
+		if why := evicted[0].str("WHY"); !strings.Contains(why, "the planned release takes offline") {
+			t.Errorf("excl2's eviction says %q, want that the planned release takes its CPU", why)
 		}
 		if !evicted[0].Time().Before(released[0].Time()) {
 			t.Errorf("excl2 evicted at %s, after the first CPU offline at %s", evicted[0].Time().Format("15:04:05.000"), released[0].Time().Format("15:04:05.000"))
@@ -250,7 +259,95 @@ func plannedRelease(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	if !t.Run("a-cpus-udev-replay", func(t *testing.T) { s.udevReplay(t, excl, udevd) }) {
+		return
+	}
 	s.releaseMemory(t, excl, func(t *testing.T) { s.unplugReleasedCPUs(t, excl, cpuIDs, releaseMark) })
+}
+
+// distroOnlineRules is the hot-add rule RHEL ships (40-redhat.rules; SUSE's
+// 80-hotplug-cpu-mem.rules is alike): a CPU or memory block added offline
+// is onlined. The RUN records each time it fired.
+const distroOnlineRules = `SUBSYSTEM=="cpu", ACTION=="add", TEST=="online", ATTR{online}=="0", ATTR{online}="1", RUN+="/bin/sh -c 'echo %k >>/run/udev-onlined'"
+SUBSYSTEM=="memory", ACTION=="add", ATTR{state}=="offline", ATTR{state}="online", RUN+="/bin/sh -c 'echo %k >>/run/udev-onlined'"
+`
+
+// udevUnit is the transient unit startDistroUdev runs udevd in.
+const udevUnit = "distro-udevd"
+
+// startDistroUdev installs distroOnlineRules and starts the real
+// systemd-udevd in the guest (the node's boot masks udev: see
+// bootUnitsMasked). It returns the unit, for stopDistroUdev.
+func startDistroUdev(t *testing.T, n *Node) string {
+	t.Helper()
+	if guestSh(t, n, "test -x /lib/systemd/systemd-udevd && echo yes || echo no") != "yes" {
+		t.Fatal("no /lib/systemd/systemd-udevd in the guest: install the udev package on this machine (the guest's root is this machine's; .ci/run does)")
+	}
+	guestSh(t, n, "mkdir -p /etc/udev/rules.d && cat >/etc/udev/rules.d/40-hotplug-online.rules <<'EOF'\n"+distroOnlineRules+"EOF\n"+
+		"rm -f /run/udev-onlined && systemd-run --unit="+udevUnit+" --service-type=notify /lib/systemd/systemd-udevd && udevadm control --ping")
+	t.Logf("udevd started with the distribution's hot-add rule:\n%s", distroOnlineRules)
+	return udevUnit
+}
+
+// udevReplay is a-cpus-udev-replay: with the two CPUs released and held,
+// udevadm trigger replays their add uevents (as systemd-udev-trigger does
+// at boot). The distribution's rule onlines them and node-resized's
+// --auto-online, which sees the same add uevents, does not; the release,
+// whose request still stands, takes them offline again: the Node stays at
+// cpu 2, Accepted, the Guaranteed pod keeps its CPU, and nobody is
+// evicted. Then udevd stops, so that the memory scenarios run as before.
+func (s *installed) udevReplay(t *testing.T, excl *corev1.Pod, unit string) {
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	defer guestSh(t, n, "systemctl stop "+unit+"; rm -f /etc/udev/rules.d/40-hotplug-online.rules")
+	mark := guestNow(t, n)
+	r0 := time.Now()
+	guestSh(t, n, "udevadm trigger --action=add --subsystem-match=cpu --settle")
+	onlined := strings.Fields(guestSh(t, n, "sort /run/udev-onlined 2>/dev/null || true"))
+	t.Logf("udevadm trigger --action=add (cpu): the rule fired for %v", onlined)
+	if strings.Join(onlined, " ") != "cpu2 cpu3" {
+		t.Errorf("the distribution's rule fired for %v, want the released cpu2 and cpu3", onlined)
+	}
+	again := waitDaemonLog(t, n, "released", mark, 3*time.Minute)
+	for deadline := time.Now().Add(time.Minute); len(again) < 2 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		again = daemonLog(t, n, "released", mark)
+	}
+	for _, e := range again {
+		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+	}
+	if len(again) != 2 || again[0].str("CPU_ID") != "3" || again[1].str("CPU_ID") != "2" {
+		t.Fatalf("%d CPUs released again after the replay, want cpu 3 then cpu 2", len(again))
+	}
+	// --auto-online saw the same add uevents and left the held CPUs alone.
+	for _, e := range daemonLog(t, n, "not bringing a hot-added device online", mark) {
+		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
+	}
+	for _, e := range daemonLog(t, n, "brought a hot-added device online", mark) {
+		t.Errorf("--auto-online brought a released CPU online: %s", journalFields(e))
+	}
+	nd := waitNode(t, cs, n.Name(), "Accepted at cpu 2 after the replay", 3*time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Cpu().Value() == 2 &&
+			strings.Contains(c.Message, "released: cpus 2-3")
+	})
+	if on := guestSh(t, n, "cat /sys/devices/system/cpu/online"); on != "0-1" {
+		t.Errorf("online CPUs %s after the replay, want 0-1", on)
+	}
+	restarts := daemonLog(t, n, "kubelet restarted", mark)
+	s.timing("a udev replay: the rule onlined %v; released again %v after the trigger (%d kubelet restart(s)); Accepted at cpu 2 after %v",
+		onlined, again[len(again)-1].Time().Sub(mark).Round(time.Millisecond), len(restarts), time.Since(r0).Round(time.Millisecond))
+	t.Logf("after the replay: %s", describeNode(nd))
+	if ev := daemonLog(t, n, "evicted pod", mark); len(ev) > 0 {
+		t.Errorf("node-resized evicted %d pod(s) after the replay", len(ev))
+	}
+	for _, e := range nodeEvents(t, s, r0) {
+		if e.Type == corev1.EventTypeWarning {
+			t.Errorf("Warning event after the replay: %s: %s", e.Reason, e.Note)
+		}
+	}
+	if p, err := cs.CoreV1().Pods("default").Get(ctx, excl.Name, metav1.GetOptions{}); err != nil || p.UID != excl.UID || p.DeletionTimestamp != nil {
+		t.Errorf("the Guaranteed pod after the replay: %v", err)
+	}
 }
 
 // unplugReleasedCPUs is a-cpus' end: QMP device_del of both released
