@@ -104,10 +104,13 @@ type faultRun struct {
 // new CPU count, the pod's exclusive CPU kept and no refusal of its
 // checkpoint in its journal, and node-resized runs again; the time from
 // node-resized's restart (or its ExecStopPost) to Ready is reported.
+// Then g: the faults gone, the kubelet's root filesystem (xfs, on a disk
+// of its own) grown online (kubeletDiskGrow).
 func TestFaults(t *testing.T) {
 	parallelGuest(t)
 	bin := buildFaultDaemon(t)
-	s := relayNode(t, staticCPUKubeletConfig, "--auto-online "+relayPolicy)
+	s := relayNodeConfig(t, Config{KubeletConfig: staticCPUKubeletConfig, KubeletDisk: &KubeletDisk{FS: "xfs", Size: kubeletDiskSize}},
+		"--auto-online "+relayPolicy)
 	n, cs := s.n, s.admin
 	ctx := context.Background()
 	var table []string
@@ -315,5 +318,17 @@ func TestFaults(t *testing.T) {
 		r.stopPost = time.Time{}
 		r.by = "the daemon's recovery at its start (no ExecStopPost)"
 		return r
+	})
+
+	// g: with the faults and f's drop-in gone, the kubelet's root
+	// filesystem (xfs, on a disk of its own) grown online
+	// (kubeletDiskGrow): ext4's is TestKubeletRestart's c.
+	t.Run("g-kubelet-disk-grown-xfs", func(t *testing.T) {
+		guestSh(t, n, `rm -f /etc/systemd/system/node-resized.service.d/50-no-stoppost.conf /var/lib/node-resized/fault-* && sed -i '/^NODE_RESIZED_FAULT=/d' /etc/default/node-resized && systemctl daemon-reload && systemctl restart node-resized`)
+		waitNode(t, cs, n.Name(), "Accepted and Ready without faults", time.Minute, func(nd *corev1.Node) bool {
+			c := capacityCondition(nd)
+			return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+		})
+		s.kubeletDiskGrow(t, "xfs")
 	})
 }

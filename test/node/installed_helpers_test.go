@@ -378,6 +378,7 @@ type nodeHistory struct {
 type nodeVersion struct {
 	at        time.Time // this machine's clock, when the watch delivered it
 	cpu, mem  int64     // capacity (millicores, bytes)
+	storage   int64     // ephemeral-storage capacity (bytes)
 	reason    string    // CapacityConfigured reason
 	manager   string    // the field manager whose status entry is newest
 	rv        string
@@ -387,6 +388,12 @@ type nodeVersion struct {
 
 func (v nodeVersion) String() string {
 	return fmt.Sprintf("%s cpu=%dm memory=%s CapacityConfigured=%s by %s", v.at.Format("15:04:05.000"), v.cpu, mibs(v.mem), v.reason, v.manager)
+}
+
+// capacityVersion is a Node's capacity as a nodeVersion, for a want.
+func capacityVersion(n *corev1.Node) nodeVersion {
+	return nodeVersion{cpu: n.Status.Capacity.Cpu().MilliValue(), mem: n.Status.Capacity.Memory().Value(),
+		storage: n.Status.Capacity.StorageEphemeral().Value()}
 }
 
 // watchNode starts recording; Stop ends it.
@@ -426,7 +433,8 @@ func watchNode(t *testing.T, cs kubernetes.Interface, name string) *nodeHistory 
 }
 
 func (h *nodeHistory) add(n *corev1.Node) {
-	v := nodeVersion{at: time.Now(), cpu: n.Status.Capacity.Cpu().MilliValue(), mem: n.Status.Capacity.Memory().Value(), rv: n.ResourceVersion}
+	v := capacityVersion(n)
+	v.at, v.rv = time.Now(), n.ResourceVersion
 	if c := capacityCondition(n); c != nil {
 		v.reason = string(c.Reason)
 	}

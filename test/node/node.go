@@ -113,6 +113,14 @@ type Config struct {
 	// sizes against MaxMem, whose default then grows by them. Drive them
 	// with the VM's SetVirtioMemRequested and WaitVirtioMemSize.
 	VirtioMem []vm.VirtioMemDevice
+	// KubeletDisk, when set, puts the kubelet's root directory
+	// (/var/lib/kubelet) on a virtio-blk disk of its own (the guest's
+	// /dev/vda, QEMU block node KubeletDiskID), a raw image of
+	// KubeletDisk.Size bytes in Dir made by mkfs of KubeletDisk.FS
+	// ("ext4" or "xfs") on this machine, mounted before the kubelet
+	// starts: the kubelet's filesystem, which the host grows with the
+	// VM's BlockResize and the guest with resize2fs or xfs_growfs.
+	KubeletDisk *KubeletDisk
 
 	// KubeletConfig is the KubeletConfiguration YAML; "" means
 	// DefaultKubeletConfig.
@@ -372,6 +380,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.KubeletDisk != nil {
+		tree.addKubeletDisk()
+	}
 	if cfg.Runtime == RuntimeContainerd {
 		u, err := url.Parse(cfg.API.Host)
 		if err != nil {
@@ -419,6 +430,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Runtime == RuntimeContainerd {
 		modules = append(modules, runtimeModules...) // the CNI bridge's
 	}
+	var disks []vm.Disk
+	if d := cfg.KubeletDisk; d != nil {
+		img, err := d.make(ctx, n.dir)
+		if err != nil {
+			return nil, err
+		}
+		disks = append(disks, vm.Disk{ID: KubeletDiskID, File: img})
+		modules = append(modules, vm.DiskModules...)
+	}
 	n.initrd = filepath.Join(n.dir, "initramfs.cpio")
 	if _, err := vm.BuildInitramfs(vm.InitramfsConfig{
 		Kernel:  cfg.Kernel,
@@ -451,6 +471,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Append:     append_,
 		UserNet:    true,
 		VirtioMem:  cfg.VirtioMem,
+		Disks:      disks,
 		ExtraArgs:  cfg.QEMUArgs,
 		Shares: []vm.Share{
 			{Tag: rootTag, Path: "/", ReadOnly: true},

@@ -207,7 +207,7 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 		t.Fatal(err)
 	}
 	waitNode(t, cs, n.Name(), what+": the new capacity", time.Minute, func(nd *corev1.Node) bool {
-		return want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+		return want(capacityVersion(nd))
 	})
 
 	// The daemon's first patch (before the kubelet's restart: it waits
@@ -261,14 +261,14 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 	}
 	began := restarting[0].Time()
 	nd := waitNode(t, cs, n.Name(), what+": Ready by the restarted kubelet, with the new capacity", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, began) && want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+		return readyAfter(nd, began) && want(capacityVersion(nd))
 	})
 	r.ready = time.Now().Add(off).Sub(r.uevent)
 	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
 	nd = waitNode(t, cs, n.Name(), what+": CapacityConfigured Accepted after the restart", 2*time.Minute, func(nd *corev1.Node) bool {
 		c := capacityCondition(nd)
 		return c != nil && c.Reason == "Accepted" && c.Status == corev1.ConditionTrue && nodeReady(nd) &&
-			want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+			want(capacityVersion(nd))
 	})
 	r.accepted = time.Now().Add(off).Sub(r.uevent)
 	t.Logf("%s: %s", what, describeNode(nd))
@@ -371,10 +371,11 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 // has the new capacity (the time from the uevent is reported), the daemon restarts the
 // kubelet once the change settled, the restarted kubelet is Ready and
 // its own status writes carry the new size, and the daemon then sends no
-// status patch for a minute.
+// status patch for a minute. Then c: the kubelet's root filesystem (ext4,
+// on a disk of its own) grown online (kubeletDiskGrow); and a2.
 func TestKubeletRestart(t *testing.T) {
 	parallelGuest(t)
-	s := relayNode(t, "", "--auto-online "+relayPolicy)
+	s := relayNodeConfig(t, Config{KubeletDisk: &KubeletDisk{FS: "ext4", Size: kubeletDiskSize}}, "--auto-online "+relayPolicy)
 	n := s.n
 	defer func() {
 		for _, l := range s.timings {
@@ -437,6 +438,8 @@ func TestKubeletRestart(t *testing.T) {
 			t.Errorf("kubepods.slice MemoryMax %s, want %s", mibs(got), mibs(want-DefaultSystemReservedMemory-DefaultKubeReservedMemory))
 		}
 	})
+	// Before a2, which leaves a configured memory below the hardware.
+	t.Run("c-kubelet-disk-grown-ext4", func(t *testing.T) { s.kubeletDiskGrow(t, "ext4") })
 	t.Run("a2-configured-below-the-hardware", s.configuredBelow)
 }
 
@@ -860,7 +863,7 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 	}
 	r.restart = restarted[0].Time().Sub(r.uevent)
 	nd := waitNode(t, cs, n.Name(), what+": Ready by the kubelet node-resized restarted, with the new capacity", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, began) && want(nodeVersion{cpu: nd.Status.Capacity.Cpu().MilliValue(), mem: nd.Status.Capacity.Memory().Value()})
+		return readyAfter(nd, began) && want(capacityVersion(nd))
 	})
 	r.ready = time.Now().Add(off).Sub(r.uevent)
 	r.pid = kubeletPID(t, n)

@@ -62,5 +62,9 @@ func (v *VM) BlockResize(ctx context.Context, id string, size uint64) error {
 
 // DiskModules are the modules a guest with Disks needs beyond
 // DefaultModules: the virtio-blk driver and the file systems the tests
-// put on the disks (those the kernel has built in are skipped).
-var DiskModules = []string{"virtio_blk", "ext4", "xfs"}
+// put on the disks (those the kernel has built in are skipped), after
+// crc32c_generic: both checksum their metadata with crc32c, which
+// libcrc32c asks the crypto API for (a soft dependency, which
+// modules.dep does not list; without it xfs does not load and ext4 does
+// not mount what mkfs.ext4 makes by default, metadata_csum on).
+var DiskModules = []string{"virtio_blk", "crc32c_generic", "ext4", "xfs"}

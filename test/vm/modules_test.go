@@ -106,6 +106,24 @@ func TestDebianKernelModules(t *testing.T) {
 			t.Errorf("%s must load before %s; order %v", pair[0], pair[1], load)
 		}
 	}
+	// The disks' modules: crc32c's provider before libcrc32c, whose init
+	// asks the crypto API for it (a soft dependency .modinfo does not
+	// give), and libcrc32c before xfs.
+	disk, _, err := ix.resolve(append(append([]string{}, DefaultModules...), DiskModules...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dpos := map[string]int{}
+	for i, m := range disk {
+		dpos[m.Name] = i
+	}
+	for _, pair := range [][2]string{{"crc32c_generic", "libcrc32c"}, {"libcrc32c", "xfs"}, {"virtio", "virtio_blk"}} {
+		a, aok := dpos[pair[0]]
+		b, bok := dpos[pair[1]]
+		if !aok || !bok || a > b {
+			t.Errorf("%s must load before %s; order %v", pair[0], pair[1], disk)
+		}
+	}
 	if v, err := k.ConfigValue("MEMORY_HOTREMOVE"); err != nil || v != "y" {
 		t.Errorf("CONFIG_MEMORY_HOTREMOVE = %q, %v", v, err)
 	}
