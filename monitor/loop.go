@@ -258,7 +258,7 @@ func (l *loop) intake(it item) {
 		l.arrive(TriggerGap, l.clock.Now(), true, false, false)
 		return
 	}
-	if it.ev.Subsystem == "block" {
+	if it.ev.Subsystem == uevent.SubsystemBlock {
 		l.blockEvent(it.ev)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,14 @@ const (
 // defaultSubsystems are the subsystems delivered when Options.Subsystems is
 // empty: the ones whose uevents change a node's CPU and memory capacity.
 var defaultSubsystems = []string{"cpu", "memory", "node"}
+
+// SubsystemBlock is the block devices' subsystem: a disk's change uevent
+// with RESIZE=1 says that its size changed.
+const SubsystemBlock = "block"
+
+// DefaultSubsystems returns the subsystems a Listener delivers when
+// Options.Subsystems is empty, for a caller that adds to them.
+func DefaultSubsystems() []string { return slices.Clone(defaultSubsystems) }
 
 // defaultReceiveBuffer is the socket receive buffer asked for when
 // Options.ReceiveBuffer is not positive. Hot-adding a 64 GiB DIMM raises 512

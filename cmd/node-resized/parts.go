@@ -412,7 +412,7 @@ func detectionInputs(o *options, log *slog.Logger, m *metrics.Metrics) (topology
 func listenerOptions(o *options, log *slog.Logger, m *metrics.Metrics) uevent.Options {
 	var subsystems []string
 	if o.fsWatch() {
-		subsystems = []string{"cpu", "memory", "node", "block"}
+		subsystems = append(uevent.DefaultSubsystems(), uevent.SubsystemBlock)
 	}
 	return uevent.Options{
 		Subsystems:    subsystems,
