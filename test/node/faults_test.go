@@ -51,6 +51,13 @@ func makeFaultDaemon(t *testing.T) string {
 // included) written after since whose message contains s.
 func unitLog(t *testing.T, n *Node, unit, s string, since time.Time) []JournalEntry {
 	t.Helper()
+	out, _ := unitLogCursor(t, n, unit, s, since)
+	return out
+}
+
+// unitLogCursor is unitLog, with the cursor of the unit's last record.
+func unitLogCursor(t *testing.T, n *Node, unit, s string, since time.Time) ([]JournalEntry, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	all, err := n.JournalSince(ctx, unit, since)
@@ -63,19 +70,24 @@ func unitLog(t *testing.T, n *Node, unit, s string, since time.Time) []JournalEn
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, lastCursor(all)
 }
 
-// waitUnitLog waits up to timeout for a record of unitLog.
+// waitUnitLog waits up to timeout for a record of unitLog, the guest
+// waiting for the unit's next record between two reads.
 func waitUnitLog(t *testing.T, n *Node, unit, s string, since time.Time, timeout time.Duration) []JournalEntry {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(250 * time.Millisecond) {
-		if es := unitLog(t, n, unit, s, since); len(es) > 0 {
+	deadline := time.Now().Add(timeout)
+	for {
+		es, cursor := unitLogCursor(t, n, unit, s, since)
+		if len(es) > 0 {
 			return es
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			t.Fatalf("no %q in %s's journal within %v; node-resized's last lines:\n%s", s, unit, timeout, journalTail(t, n, 30))
 		}
+		waitJournal(t, n, unit, cursor, since, left)
 	}
 }
 

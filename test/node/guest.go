@@ -139,17 +139,17 @@ WantedBy=multi-user.target
 
 // agentUnit keeps test/vm's command agent running from early boot, before
 // basic.target, so a boot that stalls can still be inspected. The agent
-// runs under the guest's own /bin/sh (dash), not busybox sh: busybox's
-// shell prefers its own applets, so commands would get busybox's ip, stat
-// or grep instead of the node's. Busybox's applets come last on PATH, for
-// the agent's usleep.
+// runs each command under the guest's own /bin/sh (dash), not busybox sh:
+// busybox's shell prefers its own applets, so commands would get
+// busybox's ip, stat or grep instead of the node's. Busybox's applets come
+// last on PATH (usleep, for the tests' scripts).
 const agentUnit = `[Unit]
 Description=Test harness command agent on the virtio-serial port
 DefaultDependencies=no
 After=systemd-journald.socket
 
 [Service]
-ExecStart=/bin/sh /etc/vm/agent
+ExecStart=/etc/vm/agent
 Environment=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/etc/vm/bin
 Restart=always
 RestartSec=1

@@ -193,6 +193,14 @@ func guestNow(t *testing.T, n *Node) time.Time {
 // about the unit) whose message starts with msg, written after since.
 func daemonLog(t *testing.T, n *Node, msg string, since time.Time) []JournalEntry {
 	t.Helper()
+	out, _ := daemonLogCursor(t, n, msg, since)
+	return out
+}
+
+// daemonLogCursor is daemonLog, with the cursor of the unit's last record
+// ("" when there is none) for Node.WaitJournal.
+func daemonLogCursor(t *testing.T, n *Node, msg string, since time.Time) ([]JournalEntry, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	all, err := n.JournalSince(ctx, "node-resized.service", since)
@@ -208,21 +216,43 @@ func daemonLog(t *testing.T, n *Node, msg string, since time.Time) []JournalEntr
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, lastCursor(all)
+}
+
+// lastCursor is the __CURSOR of the last of entries, or "".
+func lastCursor(entries []JournalEntry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	return entries[len(entries)-1].str("__CURSOR")
 }
 
 // waitDaemonLog waits for a record of daemonLog and returns them all.
+// Between two reads of the journal the guest waits for its next record
+// (Node.WaitJournal) rather than the test polling it.
 func waitDaemonLog(t *testing.T, n *Node, msg string, since time.Time, timeout time.Duration) []JournalEntry {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		if es := daemonLog(t, n, msg, since); len(es) > 0 {
+		es, cursor := daemonLogCursor(t, n, msg, since)
+		if len(es) > 0 {
 			return es
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			t.Fatalf("no %q in node-resized's journal within %v; last lines:\n%s", msg, timeout, journalTail(t, n, 25))
 		}
-		time.Sleep(250 * time.Millisecond)
+		waitJournal(t, n, "node-resized.service", cursor, since, left)
+	}
+}
+
+// waitJournal is Node.WaitJournal for at most 10 s and left.
+func waitJournal(t *testing.T, n *Node, unit, cursor string, since time.Time, left time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.WaitJournal(ctx, unit, cursor, since, min(left, 10*time.Second)); err != nil {
+		t.Fatal(err)
 	}
 }
 

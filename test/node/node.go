@@ -681,6 +681,35 @@ func (n *Node) JournalSince(ctx context.Context, unit string, since time.Time) (
 	return entries, sc.Err()
 }
 
+// WaitJournal blocks, in the guest, until the unit's journal of this
+// boot has a record after cursor (a __CURSOR of JournalSince's; "" means
+// any record after since), or for at most max. One journalctl follows the
+// journal and sleeps until then: each journalctl the guest starts costs
+// most of a second of emulated CPU, so a test that polled JournalSince
+// every 250 ms kept its guest's CPU busy with the polling alone. It
+// returns nil when a record came or max passed (the caller reads the
+// journal again either way), an error only when the guest did not answer.
+func (n *Node) WaitJournal(ctx context.Context, unit, cursor string, since time.Time, max time.Duration) error {
+	follow := []string{"journalctl", "-b", "--no-pager", "-o", "cat", "-n", "all", "-f", "-u", unit}
+	switch {
+	case cursor != "":
+		follow = append(follow, "--after-cursor="+cursor)
+	case !since.IsZero():
+		follow = append(follow, fmt.Sprintf("--since=@%d", since.Add(-time.Second).Unix()))
+	}
+	secs := int(max.Round(time.Second) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	// bash does not wait for a process substitution: the first line read
+	// (or read's own timeout) ends the wait, and the follower is stopped
+	// with it (timeout passes the signal on to journalctl).
+	script := fmt.Sprintf("exec 3< <(exec timeout %d %s 2>/dev/null); read -r -t %d _ <&3; kill $! 2>/dev/null; exit 0",
+		secs, shellJoin(follow), secs)
+	_, err := n.Run(ctx, "bash -c "+shellJoin([]string{script}))
+	return err
+}
+
 // Close saves the guest's journal to Dir/guest/journal.log (when the guest
 // still answers and Dir is kept), quits QEMU and removes a temporary Dir.
 // It is safe to call more than once.

@@ -16,9 +16,9 @@ import (
 	"time"
 )
 
-// agentClient speaks the agent protocol (see agentScript) over the host
-// end of the virtio-serial port. It is safe for concurrent use; the guest
-// runs requests one at a time, in order.
+// agentClient speaks the agent protocol (see test/vm/guestagent) over the
+// host end of the virtio-serial port. It is safe for concurrent use; the
+// guest runs requests concurrently, each reply carrying its token.
 type agentClient struct {
 	conn net.Conn
 	done chan struct{} // closed when the read loop ends

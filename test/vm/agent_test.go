@@ -79,7 +79,7 @@ func TestAgentScriptSyntax(t *testing.T) {
 	if err != nil {
 		t.Skip("no busybox")
 	}
-	for name, script := range map[string]string{"init": initScript, "agent": agentScript, "uevent-hook": ueventHook} {
+	for name, script := range map[string]string{"init": initScript, "uevent-hook": ueventHook} {
 		cmd := exec.Command(bb, "sh", "-n")
 		cmd.Stdin = strings.NewReader(script)
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -50,9 +50,9 @@ type InitramfsConfig struct {
 	// mounts, Setup and busybox init): a shell script run by busybox as
 	// PID 1, e.g. one that mounts another root and switch_roots to its
 	// init. The archive still holds everything else: the modules and their
-	// order in GuestModuleDir/load-order, the agent at GuestAgent (a POSIX
-	// sh script; the new init must keep one copy running, with busybox's
-	// usleep and a base64 on its PATH, for Boot and Exec to work) and
+	// order in GuestModuleDir/load-order, the agent at GuestAgent (a static
+	// binary, test/vm/guestagent, which runs each command with /bin/sh -c;
+	// the new init must keep one copy running for Boot and Exec to work) and
 	// Setup at /etc/vm/setup.
 	Init string
 }
@@ -62,7 +62,7 @@ const (
 	// GuestModuleDir holds the modules as NAME.ko and the file load-order,
 	// one name a line, dependencies first.
 	GuestModuleDir = "/lib/modules/vm"
-	// GuestAgent is the command agent's script.
+	// GuestAgent is the command agent (test/vm/guestagent).
 	GuestAgent = "/etc/vm/agent"
 )
 
@@ -145,7 +145,11 @@ func BuildInitramfs(cfg InitramfsConfig) (string, error) {
 		add("init", 0o755, []byte(initScript))
 	}
 	add("etc/inittab", 0o644, []byte(inittab))
-	add("etc/vm/agent", 0o755, []byte(agentScript))
+	agent, err := guestAgentBinary()
+	if err != nil {
+		return "", fmt.Errorf("build initramfs: %w", err)
+	}
+	add("etc/vm/agent", 0o755, agent)
 	add("etc/vm/uevent-hook", 0o755, []byte(ueventHook))
 	add("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
 	add("etc/group", 0o644, []byte("root:x:0:\n"))
@@ -273,45 +277,4 @@ const inittab = `::respawn:/bin/busybox uevent /etc/vm/uevent-hook
 // environment.
 const ueventHook = `#!/bin/sh
 echo "$SEQNUM $ACTION $DEVPATH $SUBSYSTEM" >>/run/uevents.log
-`
-
-// agentScript serves the host on the virtio-serial port. Protocol, one
-// request per line from the host: "TOKEN BASE64(COMMAND)". The agent runs
-// the command with sh -c (stdin /dev/null, stdout and stderr together),
-// writes its output base64-encoded, then "@@END TOKEN EXITCODE".
-const agentScript = `#!/bin/sh
-name=` + AgentPortName + `
-port=
-while [ -z "$port" ]; do
-	for d in /sys/class/virtio-ports/*; do
-		[ "$(cat "$d/name" 2>/dev/null)" = "$name" ] && port=/dev/${d##*/}
-	done
-	[ -n "$port" ] || usleep 200000
-done
-mkdir -p /dev/virtio-ports /run/agent
-ln -sf "$port" "/dev/virtio-ports/$name"
-exec 3<>"$port" || exit 1
-echo "vm-agent: serving on $port" >&2
-echo "@@READY" >&3
-while :; do
-	# read fails at EOF, which a virtio port reports while the host side
-	# is not connected.
-	if ! IFS= read -r line <&3; then
-		usleep 200000
-		continue
-	fi
-	tok=${line%% *}
-	b64=${line#* }
-	out=/run/agent/$tok
-	if cmd=$(echo "$b64" | base64 -d); then
-		sh -c "$cmd" </dev/null >"$out" 2>&1 3>&-
-		rc=$?
-	else
-		echo "vm-agent: bad request" >"$out"
-		rc=255
-	fi
-	base64 "$out" >&3
-	echo "@@END $tok $rc" >&3
-	rm -f "$out"
-done
 `
