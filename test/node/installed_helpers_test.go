@@ -294,18 +294,27 @@ func memTotal(t *testing.T, n *Node) int64 {
 	return kb * 1024
 }
 
-// kubepodsMax returns systemd's MemoryMax of kubepods.slice and the
-// kernel's memory.max of its cgroup, and fails the test when they
-// disagree.
+// kubepodsMax returns the kernel's memory.max of kubepods.slice's cgroup,
+// and fails the test when systemd's MemoryMax of the slice does not agree
+// with it within 5 s.
 func kubepodsMax(t *testing.T, n *Node) int64 {
 	t.Helper()
-	out := guestSh(t, n, "systemctl show kubepods.slice -p MemoryMax --value; cat /sys/fs/cgroup/kubepods.slice/memory.max")
-	f := strings.Fields(out)
-	if len(f) != 2 {
-		t.Fatalf("kubepods.slice MemoryMax and memory.max: %q", out)
-	}
-	if f[0] != f[1] {
-		t.Errorf("systemctl show kubepods.slice -p MemoryMax = %s, but kubepods.slice/memory.max = %s", f[0], f[1])
+	// node-resized writes memory.max first (the clamp is the kernel's, at
+	// once) and then tells systemd: a read in between sees them differ.
+	// They must agree within seconds.
+	var f []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out := guestSh(t, n, "systemctl show kubepods.slice -p MemoryMax --value; cat /sys/fs/cgroup/kubepods.slice/memory.max")
+		if f = strings.Fields(out); len(f) != 2 {
+			t.Fatalf("kubepods.slice MemoryMax and memory.max: %q", out)
+		}
+		if f[0] == f[1] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("systemctl show kubepods.slice -p MemoryMax = %s, but kubepods.slice/memory.max = %s for 5 s", f[0], f[1])
+			break
+		}
 	}
 	v, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
