@@ -21,9 +21,38 @@ import (
 // change of the totals: the batch re-reads them (topology.FS.Update of no
 // device), a loss when the filesystem shrank.
 
-// fsWarnEvery is how often a filesystem watch that keeps failing says so
-// again.
+// fsWarnEvery is how often a watch that keeps failing (the filesystem
+// watch, the MemTotal watch) says so again.
 const fsWarnEvery = 10 * time.Minute
+
+// pollWarnings rate-limits a polling watch's warnings: the first failed
+// poll warns, then at most one warning every fsWarnEvery, counting the
+// polls that failed in between; the first poll that works again says so
+// once. The zero value is a watch whose last poll worked.
+type pollWarnings struct {
+	warned time.Time // the last warning; zero when the last poll worked
+	failed int       // polls failed since the last warning
+}
+
+// fail records a failed poll at now; warn is true when it is to be told,
+// with the number of polls that failed since the last warning.
+func (p *pollWarnings) fail(now time.Time) (warn bool, failed int) {
+	p.failed++
+	if !p.warned.IsZero() && now.Sub(p.warned) < fsWarnEvery {
+		return false, p.failed
+	}
+	failed = p.failed
+	p.warned, p.failed = now, 0
+	return true, failed
+}
+
+// ok records a poll that worked; recovered is true when the watch had
+// warned, so that its recovery is told once.
+func (p *pollWarnings) ok() (recovered bool) {
+	recovered = !p.warned.IsZero()
+	*p = pollWarnings{}
+	return recovered
+}
 
 // errNotMeasured is the filesystem watch's failure when the machine
 // measures no filesystem: Machine.EphemeralStorage is 0 with no error.
@@ -43,11 +72,8 @@ type fsWatch struct {
 	fastUntil time.Time
 
 	seen uint64 // the last size the watch acted on
-	// warned is when the watch last warned that a poll failed, zero
-	// when the last poll worked; failed counts the polls that failed
-	// since that warning.
-	warned time.Time
-	failed int
+	// warn rate-limits the warnings of polls that failed.
+	warn pollWarnings
 }
 
 // start arms the watch's first poll; size is the first model's.
@@ -95,9 +121,8 @@ func (l *loop) pollFilesystem(at time.Time) {
 		l.fsFailed(now, err)
 		return
 	}
-	if !w.warned.IsZero() {
+	if w.warn.ok() {
 		m.log.Info("filesystem watch reads the kubelet root filesystem's size again", "bytes", size)
-		w.warned, w.failed = time.Time{}, 0
 	}
 	if size == w.seen {
 		return
@@ -114,14 +139,10 @@ func (l *loop) pollFilesystem(at time.Time) {
 // fsFailed records a poll that failed, and warns unless the watch warned
 // less than fsWarnEvery ago.
 func (l *loop) fsFailed(now time.Time, err error) {
-	w := &l.fs
-	w.failed++
-	if !w.warned.IsZero() && now.Sub(w.warned) < fsWarnEvery {
-		return
+	if warn, failed := l.fs.warn.fail(now); warn {
+		l.m.log.Warn("filesystem watch cannot read the kubelet root filesystem's size; ephemeral-storage is re-read only by the model's rebuilds",
+			"err", err, "failed_polls", failed, "next_warning_after", fsWarnEvery)
 	}
-	l.m.log.Warn("filesystem watch cannot read the kubelet root filesystem's size; ephemeral-storage is re-read only by the model's rebuilds",
-		"err", err, "failed_polls", w.failed, "next_warning_after", fsWarnEvery)
-	w.warned, w.failed = now, 0
 }
 
 // blockEvent takes a uevent of the block subsystem. A change with

@@ -333,3 +333,37 @@ func TestFilesystemWatchFailing(t *testing.T) {
 		})
 	}
 }
+
+// The MemTotal watch polls every second: a read that keeps failing warns
+// once, then at most every 10 minutes with the polls failed since, and
+// says once that it reads again.
+func TestMemTotalWatchFailingWarnsRarely(t *testing.T) {
+	h, logs := startFS(t, Config{MemPoll: time.Second, Resync: -1, FSPoll: -1})
+	h.machine.mu.Lock()
+	h.machine.memErr = errors.New("read /proc/meminfo: input/output error")
+	h.machine.mu.Unlock()
+	// 12 minutes of polls: warnings at 1 s and 10 min 1 s.
+	for i := 0; i < 720; i++ {
+		h.clock.Step(time.Second)
+		h.alive() // the poll is taken before the next tick
+	}
+	warns := logs.records(t, "WARN")
+	if len(warns) != 2 {
+		t.Fatalf("%d warnings in 12 minutes of failing polls, want 2", len(warns))
+	}
+	if got := warns[1]["failed_polls"]; got != float64(600) {
+		t.Errorf("the second warning counts %v failed polls, want the 600 since the first", got)
+	}
+	infos := len(logs.records(t, "INFO"))
+	h.machine.mu.Lock()
+	h.machine.memErr = nil
+	h.machine.mu.Unlock()
+	for i := 0; i < 2; i++ {
+		h.clock.Step(time.Second)
+		h.alive()
+	}
+	if n := len(logs.records(t, "INFO")) - infos; n != 1 {
+		t.Errorf("%d info lines once the watch reads again, want 1", n)
+	}
+	h.noChange()
+}

@@ -156,7 +156,8 @@ type loop struct {
 	armed time.Time
 
 	pending *batch
-	memSeen uint64 // the last MemTotal the watch acted on
+	memSeen uint64       // the last MemTotal the watch acted on
+	memWarn pollWarnings // rate-limits the MemTotal watch's warnings
 	// active is when the loop last took a timed input (a uevent, lost
 	// events, a MemTotal or filesystem change) or finished rebuilding a
 	// batch of them; zero before the first. burst says that an input has
@@ -316,8 +317,15 @@ func (l *loop) pollMemTotal(at time.Time) {
 	m := l.m
 	mt, err := m.machine.MemTotal()
 	if err != nil {
-		m.log.Warn("MemTotal watch failed", "err", err)
+		// Rate-limited like the filesystem watch's: this poll runs every
+		// second.
+		if warn, failed := l.memWarn.fail(l.clock.Now()); warn {
+			m.log.Warn("MemTotal watch failed", "err", err, "failed_polls", failed, "next_warning_after", fsWarnEvery)
+		}
 		return
+	}
+	if l.memWarn.ok() {
+		m.log.Info("MemTotal watch reads MemTotal again", "bytes", mt)
 	}
 	if mt == l.memSeen {
 		return

@@ -36,6 +36,7 @@ type fakeMachine struct {
 	ephemeral uint64
 	fsErr     error
 	fsPolls   int
+	memErr    error // MemTotal fails with it when set
 	// onSnapshot, when set, runs at the start of each Snapshot call,
 	// with mu held: the machine changing under a full rebuild.
 	onSnapshot func(f *fakeMachine)
@@ -81,6 +82,9 @@ func (f *fakeMachine) model() (*topology.Snapshot, error) {
 func (f *fakeMachine) MemTotal() (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.memErr != nil {
+		return 0, f.memErr
+	}
 	return f.memTotal, nil
 }
 
