@@ -98,6 +98,8 @@ type Config struct {
 	// test/vm's default (single-threaded TCG, or multi-threaded with
 	// UnplugCPUs).
 	Accel string
+	// CPUModel is QEMU's -cpu; default $NODE_RESIZED_VM_CPU, else test/vm's.
+	CPUModel string
 	// UnplugCPUs: the test will unplug a hot-added CPU (vm.Config).
 	UnplugCPUs bool
 	// Append is added to the kernel command line.
@@ -189,6 +191,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Accel == "" {
 		c.Accel = os.Getenv("NODE_RESIZED_VM_ACCEL")
+	}
+	if c.CPUModel == "" {
+		c.CPUModel = os.Getenv("NODE_RESIZED_VM_CPU")
 	}
 	if c.OverlaySize == "" {
 		c.OverlaySize = "1G"
@@ -460,6 +465,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Kernel:     cfg.Kernel.Image,
 		Initramfs:  n.initrd,
 		Accel:      cfg.Accel,
+		CPUModel:   cfg.CPUModel,
 		UnplugCPUs: cfg.UnplugCPUs,
 		Dir:        n.dir,
 		CPUs:       cfg.CPUs,

@@ -15,7 +15,7 @@ func TestDefaultsAndArgs(t *testing.T) {
 	}
 	args := strings.Join(qemuArgs(c, "/d/console.log", "/s/qmp.sock", "/s/agent.sock"), " ")
 	for _, want := range []string{
-		"-M q35 -accel tcg,thread=single -cpu max",
+		"-M q35 -accel tcg,thread=single -cpu qemu64",
 		"-smp 1,maxcpus=4,sockets=4,cores=1,threads=1",
 		"-m 512M,slots=4,maxmem=4096M",
 		"-object memory-backend-ram,id=m0,size=512M -numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3 ",
@@ -38,7 +38,7 @@ func TestDefaultsAndArgs(t *testing.T) {
 	if err := c.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if args := strings.Join(qemuArgs(c, "c", "q", "a"), " "); !strings.Contains(args, "-accel tcg -cpu max") {
+	if args := strings.Join(qemuArgs(c, "c", "q", "a"), " "); !strings.Contains(args, "-accel tcg -cpu qemu64") {
 		t.Errorf("a guest whose CPUs are unplugged runs single-threaded TCG:\n%s", args)
 	}
 	for accel, want := range map[string]bool{"tcg,thread=single": true, "tcg": false, "tcg,thread=multi": false, "kvm": false, "tcg,tb-size=256,thread=single": true} {

@@ -54,6 +54,11 @@ type Config struct {
 	// 36 s, two node guests side by side), and their tests run 6 – 31%
 	// faster. With UnplugCPUs it is multi-threaded TCG, "tcg".
 	Accel string
+	// CPUModel is QEMU's -cpu; default "qemu64". Under TCG, "max" (every
+	// feature TCG emulates: AVX2, which glibc's string functions and Go's
+	// memmove then use, and more) made a node test cost 17% more host CPU
+	// (test/vm's README, "The CPU model").
+	CPUModel string
 	// UnplugCPUs says that the guest will have a CPU unplugged
 	// (DeviceDel of a HotAddCPU device): QEMU 7.2's single-threaded TCG
 	// aborts on a vCPU unplug ("qemu_thread_join: Resource deadlock
@@ -165,6 +170,9 @@ func (c *Config) setDefaults() error {
 			c.Accel = "tcg"
 		}
 	}
+	if c.CPUModel == "" {
+		c.CPUModel = "qemu64"
+	}
 	if c.CPUs == 0 {
 		c.CPUs = 1
 	}
@@ -230,7 +238,7 @@ func cpuRange(lo, hi int) string {
 // qemuArgs returns QEMU's command line for a configured machine.
 func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
 	args := []string{
-		"-M", "q35", "-accel", c.Accel, "-cpu", "max",
+		"-M", "q35", "-accel", c.Accel, "-cpu", c.CPUModel,
 		// One CPU per socket: NUMA nodes then never split a socket (which
 		// makes Linux warn that LLC siblings sit on different nodes).
 		"-smp", fmt.Sprintf("%d,maxcpus=%d,sockets=%d,cores=1,threads=1", c.CPUs, c.MaxCPUs, c.MaxCPUs),
