@@ -137,14 +137,20 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	guestSh(t, n, "echo 1 > /sys/devices/system/cpu/cpu"+cpu+"/online")
 	t.Logf("CPU %s hot-added (%s) and onlined", cpu, dev)
 	var patched, restarted time.Duration
+	var restartSeen time.Time // the guest's clock
+	// Ready by the restarted kubelet itself (a heartbeat after its new
+	// process was seen), not the Ready the old one left: the CPU goes
+	// offline next, and a kubelet still starting would read the machine
+	// without it.
 	waitNode(t, admin, name, "the hot-added CPU in the Node's capacity, the kubelet restarted and Ready", 3*time.Minute, func(nd *corev1.Node) bool {
 		if patched == 0 && nd.Status.Capacity.Cpu().Value() == cpus0+1 {
 			patched = time.Since(t0)
 		}
 		if restarted == 0 && kubeletPID(t, n) != pid0 {
 			restarted = time.Since(t0)
+			restartSeen = guestNow(t, n)
 		}
-		return patched > 0 && restarted > 0 && nodeReady(nd) && nd.Status.Allocatable.Cpu().Value() == cpus0+1
+		return patched > 0 && restarted > 0 && readyAfter(nd, restartSeen) && nd.Status.Allocatable.Cpu().Value() == cpus0+1
 	})
 	ready := time.Since(t0)
 	m := metrics()
