@@ -343,10 +343,22 @@ func TestMemTotalWatchFailingWarnsRarely(t *testing.T) {
 	h.machine.memErr = errors.New("read /proc/meminfo: input/output error")
 	h.machine.mu.Unlock()
 	// 12 minutes of polls: warnings at 1 s and 10 min 1 s.
-	for i := 0; i < 720; i++ {
-		h.clock.Step(time.Second)
-		h.alive() // the poll is taken before the next tick
+	memPolls := func() int {
+		h.machine.mu.Lock()
+		defer h.machine.mu.Unlock()
+		return h.machine.memPolls
 	}
+	// Each tick is taken before the next: a ticker drops a tick that
+	// finds the last one still waiting.
+	step := func() {
+		n := memPolls()
+		h.clock.Step(time.Second)
+		waitFor(t, func() bool { return memPolls() > n })
+	}
+	for i := 0; i < 720; i++ {
+		step()
+	}
+	h.alive()
 	warns := logs.records(t, "WARN")
 	if len(warns) != 2 {
 		t.Fatalf("%d warnings in 12 minutes of failing polls, want 2", len(warns))
@@ -358,10 +370,9 @@ func TestMemTotalWatchFailingWarnsRarely(t *testing.T) {
 	h.machine.mu.Lock()
 	h.machine.memErr = nil
 	h.machine.mu.Unlock()
-	for i := 0; i < 2; i++ {
-		h.clock.Step(time.Second)
-		h.alive()
-	}
+	step()
+	step()
+	h.alive()
 	if n := len(logs.records(t, "INFO")) - infos; n != 1 {
 		t.Errorf("%d info lines once the watch reads again, want 1", n)
 	}

@@ -37,6 +37,7 @@ type fakeMachine struct {
 	fsErr     error
 	fsPolls   int
 	memErr    error // MemTotal fails with it when set
+	memPolls  int   // MemTotal calls
 	// onSnapshot, when set, runs at the start of each Snapshot call,
 	// with mu held: the machine changing under a full rebuild.
 	onSnapshot func(f *fakeMachine)
@@ -82,6 +83,7 @@ func (f *fakeMachine) model() (*topology.Snapshot, error) {
 func (f *fakeMachine) MemTotal() (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.memPolls++
 	if f.memErr != nil {
 		return 0, f.memErr
 	}
