@@ -21,12 +21,12 @@ import (
 // change of the totals: the batch re-reads them (topology.FS.Update of no
 // device), a loss when the filesystem shrank.
 
-// fsWarnEvery is how often a watch that keeps failing (the filesystem
+// pollWarnEvery is how often a watch that keeps failing (the filesystem
 // watch, the MemTotal watch) says so again.
-const fsWarnEvery = 10 * time.Minute
+const pollWarnEvery = 10 * time.Minute
 
 // pollWarnings rate-limits a polling watch's warnings: the first failed
-// poll warns, then at most one warning every fsWarnEvery, counting the
+// poll warns, then at most one warning every pollWarnEvery, counting the
 // polls that failed in between; the first poll that works again says so
 // once. The zero value is a watch whose last poll worked.
 type pollWarnings struct {
@@ -38,7 +38,7 @@ type pollWarnings struct {
 // with the number of polls that failed since the last warning.
 func (p *pollWarnings) fail(now time.Time) (warn bool, failed int) {
 	p.failed++
-	if !p.warned.IsZero() && now.Sub(p.warned) < fsWarnEvery {
+	if !p.warned.IsZero() && now.Sub(p.warned) < pollWarnEvery {
 		return false, p.failed
 	}
 	failed = p.failed
@@ -100,7 +100,7 @@ func (w *fsWatch) arm(now time.Time, d time.Duration) {
 // from the model's opens a batch, once per new size, so that a rebuild
 // already pending for it is not pushed out by every later poll. A poll
 // that fails, or reads no size, changes nothing: the watch warns, at most
-// every fsWarnEvery, and polls again at its interval.
+// every pollWarnEvery, and polls again at its interval.
 func (l *loop) pollFilesystem(at time.Time) {
 	m, w := l.m, &l.fs
 	now := l.clock.Now()
@@ -137,11 +137,11 @@ func (l *loop) pollFilesystem(at time.Time) {
 }
 
 // fsFailed records a poll that failed, and warns unless the watch warned
-// less than fsWarnEvery ago.
+// less than pollWarnEvery ago.
 func (l *loop) fsFailed(now time.Time, err error) {
 	if warn, failed := l.fs.warn.fail(now); warn {
 		l.m.log.Warn("filesystem watch cannot read the kubelet root filesystem's size; ephemeral-storage is re-read only by the model's rebuilds",
-			"err", err, "failed_polls", failed, "next_warning_after", fsWarnEvery)
+			"err", err, "failed_polls", failed, "next_warning_after", pollWarnEvery)
 	}
 }
 

@@ -320,7 +320,7 @@ func (l *loop) pollMemTotal(at time.Time) {
 		// Rate-limited like the filesystem watch's: this poll runs every
 		// second.
 		if warn, failed := l.memWarn.fail(l.clock.Now()); warn {
-			m.log.Warn("MemTotal watch failed", "err", err, "failed_polls", failed, "next_warning_after", fsWarnEvery)
+			m.log.Warn("MemTotal watch failed", "err", err, "failed_polls", failed, "next_warning_after", pollWarnEvery)
 		}
 		return
 	}
