@@ -177,7 +177,7 @@ cluster-down:
 
 e2e-vm:
 	test/vm/fetch
-	cd test && $(GO) test -count=1 -v -timeout 30m ./vm/ ./vmscenario/
+	cd test && $(GO) test -count=1 -v -timeout 30m ./vm/... ./vmscenario/
 
 # A QEMU guest that is a real node: systemd as PID 1, the real kubelet
 # (built from k8s.io/kubernetes, about 5 more minutes the first time) on a
