@@ -30,11 +30,18 @@
 //     and grows kubepods' memory.max.
 //  6. dimm-hot-unplug: the DIMM is unplugged; the daemon clamps memory.max
 //     and reports the uevent-to-clamp latency and the OOM kill counts.
-//  7. oom-in-kubepods: another DIMM is plugged; a process in a burstable
+//  7. uevent-overflow: the daemon is started again with --uevent-buffer
+//     1024 and held (SIGSTOP) while a 1 GiB DIMM is plugged and the
+//     kernel onlines its 8 blocks; their uevents overflow the socket.
+//     Running again, the daemon counts the loss (the overflow metric,
+//     lostEvents), rescans the whole machine and has the DIMM in its
+//     model and in kubepods' memory.max; then it runs as before and the
+//     DIMM is unplugged.
+//  8. oom-in-kubepods: another DIMM is plugged; a process in a burstable
 //     pod cgroup holds more memory than kubepods may hold once the DIMM is
 //     gone, and the DIMM is unplugged; the clamp OOM-kills it inside
 //     kubepods while the guest's own processes live on.
-//  8. cpu-hot-unplug: the CPU is unplugged; it leaves kubepods' cpuset.
+//  9. cpu-hot-unplug: the CPU is unplugged; it leaves kubepods' cpuset.
 //     This comes last because QEMU 7.2 under TCG crashes on any hotplug
 //     operation after a CPU unplug.
 //

@@ -159,6 +159,7 @@ func TestScenarios(t *testing.T) {
 	step("hotplug-dimm", s.hotplugDIMM)
 	step("dimm-hot-add", s.dimmHotAdd)
 	step("dimm-hot-unplug", s.dimmHotUnplug)
+	step("uevent-overflow", s.ueventOverflow)
 	// The CPU unplug comes last: after a CPU unplug, QEMU 7.2 under TCG
 	// crashes (SIGSEGV) on the next hotplug operation of any kind (CPU
 	// add, DIMM add, DIMM unplug), so oom-in-kubepods, which plugs and
@@ -692,13 +693,19 @@ func (s *scenario) oomInKubepods(t *testing.T) {
 // (cpuN, memoryN) online, from its newest log record saying so.
 func onlinedBy(t testing.TB, g guest, device string) (value string, ok bool) {
 	t.Helper()
-	for _, rec := range g.daemonLog(t, "brought a hot-added device online") {
-		if rec["device"] == device {
-			value, _ = rec["value"].(string)
-			ok = true
+	// The daemon logs the write after the kernel has done it: wait for the
+	// record a while rather than read the log once.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(poll) {
+		for _, rec := range g.daemonLog(t, "brought a hot-added device online") {
+			if rec["device"] == device {
+				value, _ = rec["value"].(string)
+				ok = true
+			}
+		}
+		if ok || time.Now().After(deadline) {
+			return value, ok
 		}
 	}
-	return value, ok
 }
 
 func memInfo(t testing.TB, g guest, field string) int64 {
