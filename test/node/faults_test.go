@@ -327,6 +327,24 @@ func TestFaults(t *testing.T) {
 			t.Errorf("f: the kubelet was started by %q, want the daemon's own recovery (there is no ExecStopPost)", p)
 		}
 		t.Logf("f: killed %s, the kubelet started by the daemon (part %q) %s", r.fault.Format("15:04:05.000"), sp[0].str("PART"), sp[0].Time().Format("15:04:05.000"))
+		// The operator hears of it: a Warning KubeletRecovered on the Node
+		// (events carry the API server's clock: mark less the offset).
+		since := mark.Add(-time.Until(guestNow(t, n)))
+		var recovered []string
+		for deadline := time.Now().Add(time.Minute); len(recovered) == 0; time.Sleep(time.Second) {
+			for _, e := range nodeEvents(t, s, since) {
+				if e.Reason == "KubeletRecovered" && e.Type == corev1.EventTypeWarning {
+					recovered = append(recovered, e.Note)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("f: no Warning KubeletRecovered event on the Node within a minute of the recovery")
+			}
+		}
+		t.Logf("f: Warning KubeletRecovered: %s", recovered[0])
+		if len(recovered) != 1 || !strings.Contains(recovered[0], "had stopped") {
+			t.Errorf("f: %d KubeletRecovered events %q, want one that says the kubelet had been stopped", len(recovered), recovered)
+		}
 		r.stopPost = time.Time{}
 		r.by = "the daemon's recovery at its start (no ExecStopPost)"
 		return r

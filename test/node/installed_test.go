@@ -105,6 +105,7 @@ func TestInstalledPackage(t *testing.T) {
 		// on the next hotplug operation (test/vmscenario saw the same).
 		{"g-layer1-scheduler", s.layer1},
 		{"no-eperm", s.noEPERM},
+		{"uninstall-purge", s.uninstallPurge},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, st.run) {
@@ -1048,4 +1049,100 @@ func memInfoBytes(t *testing.T, n *Node, field string) int64 {
 		t.Fatal(err)
 	}
 	return kb * 1024
+}
+
+// uninstallPurge: node-resized taken off the real node as docs/operating.md
+// says ("Uninstalling"). With a configured memory below the hardware
+// (kubepods clamped under it), the daemon stopped and `node-resized
+// --uninstall` run with the API server out of reach: exit status 1, the
+// lines name what was not undone, and the kubepods limits are the
+// kubelet's for the machine as it is all the same. Then `dpkg --purge`,
+// whose prerm runs --uninstall with the daemon's flags: the condition off
+// the Node, a Normal NodeResizedRemoved event, the kubelet drop-in gone
+// and systemd reloaded (the kubelet's unit lists no node-resized drop-in
+// and needs no daemon-reload), the package's state gone; last, the
+// kubelet restarted by hand comes back Ready with its own view of the
+// machine and no refusal, and writes the same kubepods limits.
+func (s *installed) uninstallPurge(t *testing.T) {
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	mem := memTotal(t, n)
+	kubelets := mem - installedReserved // what the kubelet writes for this machine
+	conf := (mem - 256<<20) &^ (1<<20 - 1)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"memory\":\"%d\"}"}}}`, configuredAnnotation, conf)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKubepodsMax(t, n, conf-installedReserved, time.Minute)
+	waitNode(t, cs, n.Name(), "the configured memory applied", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && nd.Status.Capacity.Memory().Value() == conf
+	})
+	t.Logf("configured memory %s on a machine of %s: kubepods.slice MemoryMax %s", mibs(conf), mibs(mem), mibs(kubepodsMax(t, n)))
+
+	// The daemon stopped; --uninstall with the API server out of reach.
+	guestSh(t, n, "systemctl disable --now node-resized 2>&1")
+	out, err := n.Run(ctx, `set -f; . /etc/default/node-resized; node-resized $NODE_RESIZED_ARGS --kubeconfig /nonexistent/kubeconfig --uninstall 2>&1; echo "exit=$?"`)
+	if err != nil {
+		t.Fatalf("node-resized --uninstall: %v\n%s", err, out)
+	}
+	t.Logf("node-resized --uninstall, the API server out of reach:\n%s", out)
+	if !strings.HasSuffix(strings.TrimSpace(out), "exit=1") {
+		t.Errorf("--uninstall with a part not undone: want exit status 1:\n%s", out)
+	}
+	if !strings.Contains(out, "node: failed") || !strings.Contains(out, "not undone") {
+		t.Errorf("--uninstall does not say the Node's part failed:\n%s", out)
+	}
+	if !strings.Contains(out, "kubepods: set to") {
+		t.Errorf("--uninstall did not set the kubepods limits:\n%s", out)
+	}
+	if got := kubepodsMax(t, n); got != kubelets {
+		t.Errorf("after --uninstall kubepods.slice MemoryMax %s, want the kubelet's %s", mibs(got), mibs(kubelets))
+	}
+	if nd, err := cs.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{}); err != nil || capacityCondition(nd) == nil {
+		t.Errorf("the condition is gone from the Node though the API server was out of reach (%v)", err)
+	}
+
+	// The package purged: its prerm runs --uninstall again, with the
+	// daemon's own flags.
+	purgeAt := time.Now()
+	out, err = n.Run(ctx, "dpkg --purge node-resized 2>&1")
+	t.Logf("dpkg --purge node-resized: %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("dpkg --purge: %v", err)
+	}
+	for _, want := range []string{"condition: removed CapacityConfigured", "kubepods: already", "event: recorded Normal NodeResizedRemoved"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the purge's --uninstall does not say %q", want)
+		}
+	}
+	waitNode(t, cs, n.Name(), "no CapacityConfigured condition", time.Minute, func(nd *corev1.Node) bool { return capacityCondition(nd) == nil })
+	var removed []string
+	for _, e := range nodeEvents(t, s, purgeAt) {
+		if e.Reason == "NodeResizedRemoved" {
+			removed = append(removed, e.Type+": "+e.Note)
+		}
+	}
+	if len(removed) != 1 || !strings.HasPrefix(removed[0], "Normal: ") {
+		t.Errorf("NodeResizedRemoved events %q, want one Normal", removed)
+	}
+	if drop := guestSh(t, n, "systemctl show kubelet -p DropInPaths -p NeedDaemonReload"); strings.Contains(drop, "node-resized") || !strings.Contains(drop, "NeedDaemonReload=no") {
+		t.Errorf("kubelet.service after the purge: %s", drop)
+	}
+	if left := guestSh(t, n, "ls -d /var/lib/node-resized /run/node-resized /etc/default/node-resized "+prestartDropIn+" /usr/bin/node-resized 2>/dev/null; true"); left != "" {
+		t.Errorf("left after the purge: %s", left)
+	}
+
+	// The kubelet restarted by hand: Ready with its own view, no refusal.
+	mark := guestNow(t, n)
+	began := time.Now()
+	guestSh(t, n, "systemctl restart kubelet")
+	nd := waitNode(t, cs, n.Name(), "Ready by the kubelet restarted after the purge", 2*time.Minute, func(nd *corev1.Node) bool {
+		return readyAfter(nd, began) && nd.Status.Capacity.Memory().Value() == mem
+	})
+	t.Logf("after the purge and a kubelet restart: %s", describeNode(nd))
+	noRefusal(t, n, "the kubelet restarted after the purge", mark)
+	if got := kubepodsMax(t, n); got != kubelets {
+		t.Errorf("kubepods.slice MemoryMax %s after the kubelet's restart, want %s", mibs(got), mibs(kubelets))
+	}
 }

@@ -132,8 +132,10 @@ func canonical(raw json.RawMessage) string {
 func (m memState) nodeMemory(id string) uint64 { return m.MachineState[id].MemoryMap["memory"].Total }
 
 // TestKubeletVersions boots the node with each older kubelet (v1.34 to
-// v1.36, built by test/node/build-matrix; v1.37 is every other test's)
-// and runs the restart scenarios on it, one boot per version, in order:
+// v1.36, built by test/node/build-matrix) and with the default one
+// (v1.37, every other test's, which boot it without the Static memory
+// manager), and runs the restart scenarios on it, one boot per version,
+// in order:
 //
 //   - ready: the Node becomes Ready and reports that kubeletVersion, which
 //     node-resized reads and shows with no version warning.
@@ -173,6 +175,9 @@ func TestKubeletVersions(t *testing.T) {
 			runs = append(runs, v+"+"+podLevelGate)
 		}
 	}
+	// The default kubelet too, which the other tests boot with the static
+	// CPU manager only: its Static memory manager's checkpoint rewritten.
+	runs = append(runs, defaultKubeletVersion)
 	for _, r := range pickKubelets(t, runs) {
 		version, gate, _ := strings.Cut(r, "+")
 		// Each run has its own guest and control plane: they run -parallel
@@ -221,9 +226,12 @@ func checkLayouts(t *testing.T, n *Node, when, cpu, mem string) {
 
 func kubeletVersion(t *testing.T, version string, podLevel bool) {
 	t0 := time.Now()
-	kubelet := filepath.Join(nodeBinDir, "kubelet-"+version)
-	if err := checkExecutable(kubelet); err != nil {
-		t.Fatal(err)
+	kubelet := "" // the default kubelet
+	if version != defaultKubeletVersion {
+		kubelet = filepath.Join(nodeBinDir, "kubelet-"+version)
+		if err := checkExecutable(kubelet); err != nil {
+			t.Fatal(err)
+		}
 	}
 	config := matrixKubeletConfig
 	if podLevel {

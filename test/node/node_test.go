@@ -16,6 +16,11 @@ import (
 // guestSh runs a command that must succeed and returns its trimmed output.
 // Its timeout is for a command that hangs: with three guests on two CPUs a
 // dpkg -i has taken over 2 min.
+
+// defaultKubeletVersion is the kubelet every node boots unless
+// Config.Kubelet names another: the test module's k8s.io/kubernetes.
+const defaultKubeletVersion = "v1.37.2"
+
 func guestSh(t *testing.T, n *Node, cmd string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -105,8 +110,8 @@ func checkFreshNode(t *testing.T, n *Node, admin kubernetes.Interface, systemRes
 		name, node.Status.NodeInfo.KubeletVersion, node.Status.NodeInfo.ContainerRuntimeVersion,
 		node.Status.Capacity.Cpu(), node.Status.Capacity.Memory(),
 		node.Status.Allocatable.Cpu(), node.Status.Allocatable.Memory(), node.Status.Addresses)
-	if got := node.Status.NodeInfo.KubeletVersion; got != "v1.37.2" {
-		t.Errorf("kubelet version %q, want v1.37.2", got)
+	if got := node.Status.NodeInfo.KubeletVersion; got != defaultKubeletVersion {
+		t.Errorf("kubelet version %q, want %s", got, defaultKubeletVersion)
 	}
 
 	// The kubelet's own word, from the journal.

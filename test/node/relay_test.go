@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/node-resized/node-resized/api"
+	"github.com/node-resized/node-resized/test/vm"
 )
 
 // relayPolicy is the kubelet-restart policy of the relay scenarios: the
@@ -372,10 +373,15 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 // kubelet once the change settled, the restarted kubelet is Ready and
 // its own status writes carry the new size, and the daemon then sends no
 // status patch for a minute. Then c: the kubelet's root filesystem (ext4,
-// on a disk of its own) grown online (kubeletDiskGrow); and a2.
+// on a disk of its own) grown online (kubeletDiskGrow); d: a virtio-mem
+// device's requested size walked up and down, the guest onlining its
+// blocks and then node-resized (virtioMemSteps); a2; and e: a configured
+// memory refused on a node with swap on (swapInfeasible); f: a loss under
+// --enforce=false --evict=false (enforceEvictOff).
 func TestKubeletRestart(t *testing.T) {
 	parallelGuest(t)
-	s := relayNodeConfig(t, Config{KubeletDisk: &KubeletDisk{FS: "ext4", Size: kubeletDiskSize}}, "--auto-online "+relayPolicy)
+	s := relayNodeConfig(t, Config{KubeletDisk: &KubeletDisk{FS: "ext4", Size: kubeletDiskSize},
+		VirtioMem: []vm.VirtioMemDevice{stepsVirtioMem}}, "--auto-online "+relayPolicy)
 	n := s.n
 	defer func() {
 		for _, l := range s.timings {
@@ -440,7 +446,17 @@ func TestKubeletRestart(t *testing.T) {
 	})
 	// Before a2, which leaves a configured memory below the hardware.
 	t.Run("c-kubelet-disk-grown-ext4", func(t *testing.T) { s.kubeletDiskGrow(t, "ext4") })
-	t.Run("a2-configured-below-the-hardware", s.configuredBelow)
+	if !t.Run("d-virtio-mem-the-guest-onlines", func(t *testing.T) { s.virtioMemSteps(t, true) }) {
+		return
+	}
+	t.Run("d-virtio-mem-auto-online", func(t *testing.T) { s.virtioMemSteps(t, false) })
+	if !t.Run("a2-configured-below-the-hardware", s.configuredBelow) {
+		return
+	}
+	if !t.Run("e-swap-infeasible", s.swapInfeasible) {
+		return
+	}
+	t.Run("f-enforce-evict-off", s.enforceEvictOff)
 }
 
 // dimmBurst checks what the DIMM of scenario b cost: its memory blocks
@@ -813,6 +829,67 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 				restarted[0].Time().Sub(uevent).Round(time.Millisecond), readyAt.Sub(uevent).Round(time.Millisecond))
 		}
 	})
+	t.Run("blocked-unknown-checkpoint-field", s.blockedUnknownField)
+}
+
+// blockedUnknownField: a CPU manager checkpoint with a field node-resized
+// does not know (a later kubelet's, here written into the real kubelet's
+// file) is never rewritten. A CPU taken offline then needs a restart that
+// node-resized will not make: the kubelet keeps running as it was (its
+// MainPID, its checkpoint untouched), a Warning KubeletRestartBlocked
+// names the checkpoint, the condition says why, and
+// node_resized_kubelet_restart_needed is 1, as the README says.
+func (s *installed) blockedUnknownField(t *testing.T) {
+	n, cs := s.n, s.admin
+	guestSh(t, n, `sed -i 's/^{/{"zzFutureField":"from a later kubelet",/' `+cpuManagerState)
+	before := guestSh(t, n, "cat "+cpuManagerState)
+	if !strings.Contains(before, "zzFutureField") {
+		t.Fatalf("the field did not go in: %s", before)
+	}
+	pid0 := kubeletPID(t, n)
+	mark := guestNow(t, n)
+	since := mark.Add(-time.Until(guestNow(t, n))) // the API server's clock
+	// The last online CPU but the pod's: a hot-added one.
+	cpu := guestSh(t, n, `cd /sys/devices/system/cpu && for c in cpu[2-9]*; do [ "$(cat $c/online 2>/dev/null)" = 1 ] && echo ${c#cpu}; done | tail -1`)
+	if cpu == "" {
+		t.Fatalf("no online CPU above 1: %s", guestSh(t, n, "cat /sys/devices/system/cpu/online"))
+	}
+	guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu"+cpu+"/online")
+	var blocked []string
+	for deadline := time.Now().Add(time.Minute); len(blocked) == 0; time.Sleep(time.Second) {
+		for _, e := range nodeEvents(t, s, since) {
+			if e.Reason == "KubeletRestartBlocked" && e.Type == corev1.EventTypeWarning {
+				blocked = append(blocked, e.Note)
+			}
+		}
+		if len(blocked) == 0 && time.Now().After(deadline) {
+			t.Fatalf("no Warning KubeletRestartBlocked within a minute of the CPU offline; node-resized:\n%s", journalTail(t, n, 20))
+		}
+	}
+	t.Logf("Warning KubeletRestartBlocked: %s", blocked[0])
+	nd := waitNode(t, cs, n.Name(), "the condition says the restart is blocked", 30*time.Second, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && strings.Contains(c.Message, "zzFutureField")
+	})
+	t.Logf("the Node: %s", describeNode(nd))
+	if !strings.Contains(blocked[0], "zzFutureField") {
+		t.Errorf("the event does not name the unknown field: %s", blocked[0])
+	}
+	if got := daemonMetric(t, n, "node_resized_kubelet_restart_needed"); got != 1 {
+		t.Errorf("node_resized_kubelet_restart_needed = %v, want 1", got)
+	}
+	if k := daemonStatus(t, n).Kubelet; !strings.Contains(k.RestartBlocked, "zzFutureField") {
+		t.Errorf("node-resizectl status: restart blocked %q, want the field named", k.RestartBlocked)
+	}
+	if r := daemonLog(t, n, "restarting the kubelet", mark); len(r) > 0 {
+		t.Errorf("node-resized restarted the kubelet: %s", journalFields(r[0]))
+	}
+	if pid := kubeletPID(t, n); pid != pid0 {
+		t.Errorf("kubelet MainPID %s, was %s", pid, pid0)
+	}
+	if after := guestSh(t, n, "cat "+cpuManagerState); after != before {
+		t.Errorf("the checkpoint changed:\n%s\nwas\n%s", after, before)
+	}
 }
 
 // kubeletWrites checks the kubelet's own status writes since since (this
@@ -871,7 +948,14 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 		t.Errorf("%s: kubelet MainPID %s after the restart (was %s)", what, r.pid, pid0)
 	}
 	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
-	s.kubeletWrites(t, what, restarted[0].Time().Add(-off), want) // the old kubelet may write until it is stopped
+	// The old kubelet may write until it is stopped; the new one may have
+	// written its only status before the daemon called the restart done:
+	// from the new kubelet's start as the daemon saw it, if it knows it.
+	newSince := restarted[0].Time()
+	if k := daemonStatus(t, n).Kubelet.Started; !k.IsZero() && k.After(began) && k.Before(newSince) {
+		newSince = k
+	}
+	s.kubeletWrites(t, what, newSince.Add(-off), want)
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		got := daemonMetric(t, n, "node_resized_kubelet_stale")
 		if got == 0 {
@@ -897,4 +981,68 @@ func noRefusal(t *testing.T, n *Node, what string, since time.Time) {
 			t.Errorf("%s: the kubelet refused to start: %s", what, es[0].Message())
 		}
 	}
+}
+
+// swapInfeasible is e: swap on, as on a node that swaps from its boot (a
+// swap file on the kubelet's disk, on before node-resized starts): a
+// configured memory is Infeasible with the reason the README gives
+// ("swap is active"), with a Warning CapacityInfeasible event, and
+// nothing is clamped; without the request the node is Accepted at its
+// hardware again. Swap goes off at the end.
+func (s *installed) swapInfeasible(t *testing.T) {
+	n, cs := s.n, s.admin
+	ctx := context.Background()
+	guestSh(t, n, "fallocate -l 64M /var/lib/kubelet/swapfile && chmod 600 /var/lib/kubelet/swapfile && mkswap /var/lib/kubelet/swapfile >/dev/null && swapon /var/lib/kubelet/swapfile")
+	defer guestSh(t, n, "swapoff /var/lib/kubelet/swapfile; rm -f /var/lib/kubelet/swapfile; systemctl restart node-resized")
+	restartAt := guestNow(t, n)
+	guestSh(t, n, "systemctl restart node-resized")
+	waitDaemonLog(t, n, "machine model built", restartAt, time.Minute)
+	if swap := daemonStatus(t, n).Memory.SwapTotalBytes; swap == 0 {
+		t.Fatalf("node-resized sees no swap; /proc/swaps:\n%s", guestSh(t, n, "cat /proc/swaps"))
+	}
+	nd, err := cs.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw := nd.Status.Capacity.Memory().Value()
+	max0 := kubepodsMax(t, n)
+	since := time.Now()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, configuredAnnotation, fmt.Sprintf(`{"memory":"%d"}`, hw-256*mib))
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nd = waitNode(t, cs, n.Name(), "Infeasible: swap is active", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Infeasible"
+	})
+	c := capacityCondition(nd)
+	t.Logf("with swap on, memory configured 256Mi below the hardware: %s", describeNode(nd))
+	if !strings.Contains(c.Message, "swap is active") || c.Status != corev1.ConditionFalse {
+		t.Errorf("the condition does not say swap is active: %s %s", c.Status, c.Message)
+	}
+	if nd.Status.Capacity.Memory().Value() != hw {
+		t.Errorf("the Node's memory %s, want the hardware's %s", nd.Status.Capacity.Memory(), mibs(hw))
+	}
+	var infeasible int
+	for deadline := time.Now().Add(30 * time.Second); infeasible == 0 && time.Now().Before(deadline); time.Sleep(time.Second) {
+		for _, e := range nodeEvents(t, s, since) {
+			if e.Reason == "CapacityInfeasible" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "swap is active") {
+				infeasible++
+			}
+		}
+	}
+	if infeasible != 1 {
+		t.Errorf("%d Warning CapacityInfeasible events that say swap is active, want 1", infeasible)
+	}
+	if got := kubepodsMax(t, n); got != max0 {
+		t.Errorf("kubepods.slice MemoryMax %s after the refused request, was %s", mibs(got), mibs(max0))
+	}
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, configuredAnnotation)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, cs, n.Name(), "Accepted at the hardware without the request", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nd.Status.Capacity.Memory().Value() == hw
+	})
 }
