@@ -24,7 +24,8 @@
 #   make e2e-node   a QEMU guest that is a real node: systemd as PID 1, the real kubelet
 #   make e2e-node-matrix  the same node booted with each older kubelet (v1.34 to
 #                   v1.36, built by test/node/build-matrix: a first build of each
-#                   takes minutes) and the restart scenarios run on it
+#                   takes minutes) and with v1.37, the Static memory manager on,
+#                   and the restart scenarios run on it
 #   make package    the deb and rpm packages in dist/ (package-test checks them,
 #                   with lintian, rpmlint and systemd-analyze; make man: the manual pages)
 #   make install    a plain install under PREFIX (default /usr/local)

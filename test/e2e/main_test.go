@@ -32,6 +32,7 @@ const (
 	nodeNRT     = "e2e-nrt"
 	nodeProbes  = "e2e-probes"
 	nodeUninst  = "e2e-uninstall"
+	nodeSpec    = "e2e-spec"
 )
 
 var (
@@ -71,7 +72,7 @@ func testMain(m *testing.M) int {
 		SkipBuild: true,
 		Dir:       filepath.Join(dir, "cluster"),
 		KeepDir:   true,
-		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBack, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeProbes, nodeUninst},
+		Nodes:     []string{nodeSched, nodeA1, nodeA2, nodeB, nodeOutage, nodeBack, nodeBurst, nodeHotplug, nodeEvict, nodeTaint, nodeResize, nodeNRT, nodeProbes, nodeUninst, nodeSpec},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: start the control plane: %v\n", err)

@@ -110,7 +110,7 @@ type faultRun struct {
 // it; (e) stopped with `systemctl stop node-resized` in the middle of a
 // restart, then started again; (f) as a, with the unit's ExecStopPost
 // taken away, so that only the daemon's recovery at its next start can
-// start the kubelet. Each change is a CPU hot-add or a CPU put
+// start the kubelet, which it tells with a Warning KubeletRecovered. Each change is a CPU hot-add or a CPU put
 // offline or online in sysfs, so that each needs a rewrite. Each time the
 // kubelet is Ready again by a kubelet started after the fault, with the
 // new CPU count, the pod's exclusive CPU kept and no refusal of its

@@ -377,7 +377,8 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 // device's requested size walked up and down, the guest onlining its
 // blocks and then node-resized (virtioMemSteps); a2; and e: a configured
 // memory refused on a node with swap on (swapInfeasible); f: a loss under
-// --enforce=false --evict=false (enforceEvictOff).
+// --enforce=false --evict=false (enforceEvictOff); g: a restarted kubelet
+// that never reports (restartTimeout).
 func TestKubeletRestart(t *testing.T) {
 	parallelGuest(t)
 	s := relayNodeConfig(t, Config{KubeletDisk: &KubeletDisk{FS: "ext4", Size: kubeletDiskSize},
@@ -456,7 +457,10 @@ func TestKubeletRestart(t *testing.T) {
 	if !t.Run("e-swap-infeasible", s.swapInfeasible) {
 		return
 	}
-	t.Run("f-enforce-evict-off", s.enforceEvictOff)
+	if !t.Run("f-enforce-evict-off", s.enforceEvictOff) {
+		return
+	}
+	t.Run("g-restart-timeout", s.restartTimeout)
 }
 
 // dimmBurst checks what the DIMM of scenario b cost: its memory blocks
@@ -1045,4 +1049,81 @@ func (s *installed) swapInfeasible(t *testing.T) {
 		c := capacityCondition(nd)
 		return c != nil && c.Reason == "Accepted" && nd.Status.Capacity.Memory().Value() == hw
 	})
+}
+
+// restartTimeout is g: the timeout path of a kubelet restart. A drop-in
+// freezes every kubelet the unit starts (ExecStartPost sends its MainPID
+// SIGSTOP), so that node-resized's restart job ends but the new kubelet
+// never reports; with --kubelet-restart-timeout 20s the daemon gives up:
+// one Warning KubeletRestartFailed that says the kubelet did not come
+// back within 20s, the condition saying it is not restarted again for
+// this change and what to do, and no second restart. The drop-in gone and
+// the kubelet let go (SIGCONT), it reports the new machine itself and the
+// node is Accepted, still with one restart.
+func (s *installed) restartTimeout(t *testing.T) {
+	n, cs := s.n, s.admin
+	const dropIn = "/etc/systemd/system/kubelet.service.d/95-freeze.conf"
+	setDaemonArgs(t, n, "--auto-online "+strings.Replace(relayPolicy, "--kubelet-restart-timeout 90s", "--kubelet-restart-timeout 20s", 1))
+	guestSh(t, n, "systemctl restart node-resized")
+	defer func() {
+		guestSh(t, n, "rm -f "+dropIn+"; systemctl daemon-reload; kill -CONT $(systemctl show kubelet -p MainPID --value) 2>/dev/null; true")
+		setDaemonArgs(t, n, "--auto-online "+relayPolicy)
+		guestSh(t, n, "systemctl restart node-resized")
+	}()
+	waitNode(t, cs, n.Name(), "Accepted before the frozen restart", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+	})
+	guestSh(t, n, `printf '[Service]\nExecStartPost=/bin/sh -c "kill -STOP $MAINPID"\n' >`+dropIn+` && systemctl daemon-reload`)
+	nd, err := cs.CoreV1().Nodes().Get(context.Background(), n.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus := nd.Status.Capacity.Cpu().Value()
+	// The last online CPU but cpu0 goes offline: a loss, clamped, and a
+	// restart the frozen kubelet never answers.
+	cpu := guestSh(t, n, `cd /sys/devices/system/cpu && for c in cpu[1-9]*; do [ "$(cat $c/online 2>/dev/null)" = 1 ] && echo ${c#cpu}; done | tail -1`)
+	mark := guestNow(t, n)
+	since := mark.Add(-time.Until(guestNow(t, n)))
+	guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu"+cpu+"/online")
+	waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
+	if st := guestSh(t, n, "ps -o stat= -p $(systemctl show kubelet -p MainPID --value)"); !strings.HasPrefix(st, "T") {
+		t.Fatalf("the restarted kubelet is not frozen (state %q): the drop-in did not act", st)
+	}
+	var failed []string
+	for deadline := time.Now().Add(2 * time.Minute); len(failed) == 0; time.Sleep(time.Second) {
+		for _, e := range nodeEvents(t, s, since) {
+			if e.Reason == "KubeletRestartFailed" && e.Type == corev1.EventTypeWarning {
+				failed = append(failed, e.Note)
+			}
+		}
+		if len(failed) == 0 && time.Now().After(deadline) {
+			t.Fatalf("no Warning KubeletRestartFailed within 2m of a restart whose kubelet never reports; node-resized:\n%s", journalTail(t, n, 20))
+		}
+	}
+	t.Logf("Warning KubeletRestartFailed: %s", failed[0])
+	if !strings.Contains(failed[0], "within 20s of its restart") {
+		t.Errorf("the event does not say the kubelet did not come back within the timeout: %s", failed[0])
+	}
+	nd = waitNode(t, cs, n.Name(), "the condition says the restart failed", 30*time.Second, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && strings.Contains(c.Message, "does not restart it again for this change")
+	})
+	t.Logf("the Node: %s", describeNode(nd))
+	time.Sleep(15 * time.Second) // a second restart, were there one, would have begun (min interval 10s)
+	if r := daemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark); len(r) != 1 {
+		t.Errorf("%d restarts begun, want 1", len(r))
+	}
+
+	// Let it go: the kubelet reports the machine without the CPU itself.
+	guestSh(t, n, "rm -f "+dropIn+" && systemctl daemon-reload && kill -CONT $(systemctl show kubelet -p MainPID --value)")
+	nd = waitNode(t, cs, n.Name(), "Accepted once the kubelet runs", 2*time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nodeReady(nd) && nd.Status.Capacity.Cpu().Value() == cpus-1
+	})
+	t.Logf("after SIGCONT: %s", describeNode(nd))
+	if r := daemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark); len(r) != 1 {
+		t.Errorf("%d restarts begun in all, want 1", len(r))
+	}
+	guestSh(t, n, "echo 1 >/sys/devices/system/cpu/cpu"+cpu+"/online")
 }
