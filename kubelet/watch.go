@@ -322,6 +322,9 @@ func (w *Watcher) fromNode() {
 	if w.view == nil {
 		w.view, w.sources = resources.List{}, map[string]string{}
 	}
+	if w.unit != nil && w.proc == (process{}) {
+		return // no running process: what the Node shows is a gone one's
+	}
 	kw, dw := n.StatusWrites[w.opts.FieldManager], n.StatusWrites[DaemonFieldManager]
 	if kw.IsZero() || kw.Before(w.processStart()) {
 		return // nothing written by the running process
@@ -402,6 +405,12 @@ func (w *Watcher) ready() bool {
 	}
 	if w.unit == nil {
 		return true // no process to tell apart
+	}
+	if w.proc == (process{}) {
+		// The unit is not active: stopped, or starting (its pre-start
+		// runs, no main process yet). The Node's Ready condition is a
+		// process's that is gone.
+		return false
 	}
 	kw := n.StatusWrites[w.opts.FieldManager]
 	return !kw.IsZero() && !kw.Before(w.processStart())

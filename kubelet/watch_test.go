@@ -115,6 +115,52 @@ func TestWatcherFollowsARestart(t *testing.T) {
 	check("a change after the restart", 8, true, 3, false, "after the machine's last change")
 }
 
+// TestWatcherNotActive: while the kubelet's unit is not active (stopped,
+// or starting: its ExecStartPre runs, there is no main process yet) the
+// Node's Ready condition and status writes are a gone process's. The view
+// is not Ready and takes nothing from the Node, so that a restart is not
+// taken as adopted before the new kubelet has written status: a kubelet
+// frozen from its start (the real node's restart-timeout scenario) was
+// Accepted at once because the view, empty for the changed CPU count,
+// matched and the old process's Ready stood.
+func TestWatcherNotActive(t *testing.T) {
+	units := &fakeUnits{}
+	units.set(100, w0.Add(-time.Hour))
+	s := &sink{}
+	w := NewWatcher(WatcherOptions{Systemd: units, Sink: s, Clock: clocktesting.NewFakeClock(w0)})
+	ctx := context.Background()
+	w.OnChange(change(1, w0.Add(-time.Minute), 4), nil)
+	w.poll(ctx)
+	w.OnNode(node(4, "kubelet", true, w0.Add(-30*time.Second), time.Time{}))
+	if v := w.View(); !v.Ready || v.Capacity[resources.CPU] != 4000 {
+		t.Fatalf("the running kubelet: ready %v cpu %d, want ready with 4", v.Ready, v.Capacity[resources.CPU]/1000)
+	}
+	// A CPU goes; the daemon publishes 3; the kubelet's unit is
+	// restarted and its pre-start runs.
+	w.OnChange(change(2, w0, 3), nil)
+	w.OnNode(node(3, "node-resized", true, w0.Add(-30*time.Second), w0.Add(time.Second)))
+	for _, state := range []string{"activating", "inactive", "deactivating"} {
+		units.mu.Lock()
+		units.st = systemd.UnitState{Unit: DefaultUnit, LoadState: "loaded", ActiveState: state, SubState: "start-pre", MainStart: w0.Add(-time.Hour)}
+		units.mu.Unlock()
+		w.poll(ctx)
+		if v := w.View(); v.Ready || len(v.Capacity) != 0 {
+			t.Errorf("unit %s: view ready %v capacity %v; want not ready, nothing known", state, v.Ready, v.Capacity)
+		}
+	}
+	// The new process runs: it read the machine, but is Ready only once
+	// it has written status.
+	units.set(200, w0.Add(2*time.Second+300*time.Millisecond))
+	w.poll(ctx)
+	if v := w.View(); v.Ready || v.Capacity[resources.CPU] != 3000 {
+		t.Errorf("the new kubelet before its first status write: ready %v cpu %d, want not ready, 3", v.Ready, v.Capacity[resources.CPU]/1000)
+	}
+	w.OnNode(node(3, "node-resized", true, w0.Add(4*time.Second), w0.Add(time.Second)))
+	if v := w.View(); !v.Ready || v.Capacity[resources.CPU] != 3000 {
+		t.Errorf("after its first status write: ready %v cpu %d, want ready, 3", v.Ready, v.Capacity[resources.CPU]/1000)
+	}
+}
+
 // TestWatcherSources: the pod-resources API adds back what is reserved;
 // without systemd the Node alone says what the kubelet believes.
 func TestWatcherSources(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/test/vm"
 )
 
@@ -105,6 +106,7 @@ func TestInstalledPackage(t *testing.T) {
 		// on the next hotplug operation (test/vmscenario saw the same).
 		{"g-layer1-scheduler", s.layer1},
 		{"no-eperm", s.noEPERM},
+		{"restart-budget", s.restartBudget},
 		{"uninstall-purge", s.uninstallPurge},
 	}
 	for _, st := range steps {
@@ -1144,5 +1146,66 @@ func (s *installed) uninstallPurge(t *testing.T) {
 	noRefusal(t, n, "the kubelet restarted after the purge", mark)
 	if got := kubepodsMax(t, n); got != kubelets {
 		t.Errorf("kubepods.slice MemoryMax %s after the kubelet's restart, want %s", mibs(got), mibs(kubelets))
+	}
+}
+
+// restartBudget: the shipped restart budget, 3 kubelet starts in 20
+// minutes (this node runs node-resized's defaults). Changes that need a
+// restart (cpu1 taken offline and online) are made until three restarts by
+// node-resized are in the window, each after the last (the shipped
+// settle, 10s, and interval, 2m, between them); then one more change is
+// deferred: no restart, the status waits for "budget" until the third
+// last restart leaves the window, and the condition says until when.
+func (s *installed) restartBudget(t *testing.T) {
+	n, cs := s.n, s.admin
+	k := daemonStatus(t, n).Kubelet
+	if k.RestartBudget != "3/20m" {
+		t.Fatalf("restart budget %q, want the shipped 3/20m", k.RestartBudget)
+	}
+	t.Logf("before: restarts in the window %v", k.RecentRestarts)
+	cpu1 := 1
+	flip := func() {
+		cpu1 = 1 - cpu1
+		guestSh(t, n, fmt.Sprintf("echo %d >/sys/devices/system/cpu/cpu1/online", cpu1))
+	}
+	defer func() {
+		if cpu1 == 0 {
+			guestSh(t, n, "echo 1 >/sys/devices/system/cpu/cpu1/online")
+		}
+	}()
+	for len(k.RecentRestarts) < 3 {
+		mark := guestNow(t, n)
+		flip()
+		waitDaemonLog(t, n, "kubelet restarted", mark, 4*time.Minute)
+		k = daemonStatus(t, n).Kubelet
+		t.Logf("a restart by node-resized: restarts in the window %v", k.RecentRestarts)
+	}
+	waitNode(t, cs, n.Name(), "Accepted after the third restart", 2*time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && c.Reason == "Accepted" && nodeReady(nd)
+	})
+	recent := daemonStatus(t, n).Kubelet.RecentRestarts
+	freeAt := recent[len(recent)-3].Add(20 * time.Minute)
+	mark := guestNow(t, n)
+	flip()
+	var k2 api.KubeletStatus
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		k2 = *daemonStatus(t, n).Kubelet
+		if k2.RestartWaiting == "budget" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if k2.RestartWaiting != "budget" || !k2.NextRestart.Equal(freeAt) {
+		t.Fatalf("the fourth change: the restart waits for %q until %v, want the budget until %v (the third last restart %v + 20m)",
+			k2.RestartWaiting, k2.NextRestart, freeAt, recent[len(recent)-3])
+	}
+	nd := waitNode(t, cs, n.Name(), "the condition names the budget", time.Minute, func(nd *corev1.Node) bool {
+		c := capacityCondition(nd)
+		return c != nil && strings.Contains(c.Message, "restart budget (3 restarts in 20m) is spent until "+freeAt.UTC().Format(time.RFC3339))
+	})
+	t.Logf("the fourth change: %s", describeNode(nd))
+	time.Sleep(15 * time.Second) // past the shipped settle (10s)
+	if r := daemonLog(t, n, "restarting the kubelet", mark); len(r) > 0 {
+		t.Errorf("node-resized restarted the kubelet with the budget spent: %s", journalFields(r[0]))
 	}
 }
