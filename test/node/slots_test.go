@@ -29,11 +29,11 @@ const EnvNodeParallel = "NODE_RESIZED_NODE_PARALLEL"
 // e2e-node run on a 2-core host, two guests at a time), which orders the
 // queue; a test not listed weighs defaultWeight.
 var testWeights = map[string]int{
+	"TestKubeletRestart":                           850,
+	"TestInstalledPackage":                         800,
 	"TestPlannedRelease/release":                   650,
 	"TestFaults":                                   600,
-	"TestInstalledPackage":                         550,
-	"TestKubeletRestart":                           440,
-	"TestKubeletRestartStaticCPU":                  410,
+	"TestKubeletRestartStaticCPU":                  440,
 	"TestDaemonSetOnRealNode":                      360,
 	"TestPlannedRelease/b-dimm-control-no-release": 335,
 	"TestRealRuntimeExclusiveCPU":                  325,
