@@ -1107,7 +1107,7 @@ func (s *installed) uninstallPurge(t *testing.T) {
 
 	// The package purged: its prerm runs --uninstall again, with the
 	// daemon's own flags.
-	purgeAt := time.Now()
+	purgeAt := guestNow(t, n) // the event carries the guest's clock
 	out, err = n.Run(ctx, "dpkg --purge node-resized 2>&1")
 	t.Logf("dpkg --purge node-resized: %v\n%s", err, out)
 	if err != nil {

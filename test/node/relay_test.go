@@ -852,7 +852,7 @@ func (s *installed) blockedUnknownField(t *testing.T) {
 	}
 	pid0 := kubeletPID(t, n)
 	mark := guestNow(t, n)
-	since := mark.Add(-time.Until(guestNow(t, n))) // the API server's clock
+	since := mark // node-resized's events carry the guest's clock
 	// The last online CPU but the pod's: a hot-added one.
 	cpu := guestSh(t, n, `cd /sys/devices/system/cpu && for c in cpu[2-9]*; do [ "$(cat $c/online 2>/dev/null)" = 1 ] && echo ${c#cpu}; done | tail -1`)
 	if cpu == "" {
@@ -1010,7 +1010,7 @@ func (s *installed) swapInfeasible(t *testing.T) {
 	}
 	hw := nd.Status.Capacity.Memory().Value()
 	max0 := kubepodsMax(t, n)
-	since := time.Now()
+	since := guestNow(t, n) // node-resized's events carry the guest's clock
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, configuredAnnotation, fmt.Sprintf(`{"memory":"%d"}`, hw-256*mib))
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -1084,7 +1084,7 @@ func (s *installed) restartTimeout(t *testing.T) {
 	// restart the frozen kubelet never answers.
 	cpu := guestSh(t, n, `cd /sys/devices/system/cpu && for c in cpu[1-9]*; do [ "$(cat $c/online 2>/dev/null)" = 1 ] && echo ${c#cpu}; done | tail -1`)
 	mark := guestNow(t, n)
-	since := mark.Add(-time.Until(guestNow(t, n)))
+	since := mark // node-resized's events carry the guest's clock
 	guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu"+cpu+"/online")
 	waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
 	if st := guestSh(t, n, "ps -o stat= -p $(systemctl show kubelet -p MainPID --value)"); !strings.HasPrefix(st, "T") {

@@ -839,9 +839,9 @@ func (s *installed) releaseVirtioMem(t *testing.T, blockSize int64) bool {
 	})
 }
 
-// nodeEvents are the events recorded since t0 (this machine's clock) by
-// node-resized about the Node, and the evictions' (NodeCapacityExceeded)
-// about any pod.
+// nodeEvents are the events recorded since t0 by node-resized about the
+// Node, and the evictions' (NodeCapacityExceeded) about any pod. An event
+// carries the clock of who recorded it: node-resized's, the guest's.
 func nodeEvents(t *testing.T, s *installed, t0 time.Time) []eventsv1.Event {
 	t.Helper()
 	list, err := s.admin.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
