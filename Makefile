@@ -3,7 +3,7 @@
 #   make run        build, then run the daemon standalone against this machine
 #   make test       unit and integration tests (real CPU hotplug of cpu1 when root)
 #   make vet        go vet (root, test and chart modules, the kubelet parity
-#                   modules), staticcheck (all of them and tools), shellcheck
+#                   modules), staticcheck (root, test, tools, parity cases), shellcheck
 #                   (every shell script: lint-sh), promtool on the alerting
 #                   rules and their unit tests (rules-test)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
@@ -93,11 +93,12 @@ PARITY_MODULES = test/kubeletparity/v1_34 test/kubeletparity/v1_35 test/kubeletp
 PARITY_CASES   = test/kubeletparity/cases
 PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test -count=1 -v -timeout 10m ./...) || exit 1; done
 
-# staticcheck checks what ships (the root module), the tools and the
-# shared parity cases; the test modules (test/, the chart's, the older
-# kubelets' parity modules: test code over k8s.io/kubernetes, four
-# versions of it, and Helm's SDK, which staticcheck analyses whole: with
-# them a cold make vet took 55 minutes) get go vet only.
+# staticcheck checks what ships (the root module), the test module
+# (test/, with the version matrix's tag), the tools and the shared parity
+# cases: about 5 minutes for test/ on a cold staticcheck cache. The
+# chart's module and the older kubelets' parity modules (Helm's SDK, three
+# more versions of k8s.io/kubernetes, which staticcheck analyses whole:
+# with them a cold make vet took 55 minutes) get go vet only.
 vet: lint-sh rules-test
 	$(GO) vet ./...
 	cd test && $(GO) vet ./...
@@ -105,6 +106,8 @@ vet: lint-sh rules-test
 	cd test/chart && $(GO) vet ./...
 	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(STATICCHECK) ./...
+	cd test && $(STATICCHECK) ./...
+	cd test && $(STATICCHECK) -tags matrix ./node/
 	cd $(PARITY_CASES) && $(STATICCHECK) ./...
 	cd tools && $(STATICCHECK) ./...
 

@@ -136,10 +136,8 @@ func plannedRelease(t *testing.T) {
 	// the released CPUs again.
 	udevd := startDistroUdev(t, n)
 
-	var releaseMark time.Time
 	t.Run("a-cpus", func(t *testing.T) {
 		mark := guestNow(t, n)
-		releaseMark = mark
 		off := time.Until(mark)
 		r0 := time.Now()
 		out, err := n.Run(ctx, "node-resizectl resize --cpu 2 --release --wait --timeout 10m 2>&1")
@@ -262,7 +260,7 @@ func plannedRelease(t *testing.T) {
 	if !t.Run("a-cpus-udev-replay", func(t *testing.T) { s.udevReplay(t, excl, udevd) }) {
 		return
 	}
-	s.releaseMemory(t, excl, func(t *testing.T) { s.unplugReleasedCPUs(t, excl, cpuIDs, releaseMark) })
+	s.releaseMemory(t, excl, func(t *testing.T) { s.unplugReleasedCPUs(t, excl, cpuIDs) })
 }
 
 // distroOnlineRules is the hot-add rule RHEL ships (40-redhat.rules; SUSE's
@@ -355,13 +353,13 @@ func (s *installed) udevReplay(t *testing.T, excl *corev1.Pod, unit string) {
 // Node's capacity unchanged. (It runs after the memory scenarios: QEMU 7.2
 // aborts, "double free or corruption", on a pc-dimm device_add that
 // follows a CPU's device_del.)
-func (s *installed) unplugReleasedCPUs(t *testing.T, excl *corev1.Pod, cpuIDs []string, mark time.Time) {
+func (s *installed) unplugReleasedCPUs(t *testing.T, excl *corev1.Pod, cpuIDs []string) {
 	n, cs := s.n, s.admin
 	ctx := context.Background()
 	pods := cs.CoreV1().Pods("default")
 	var nd *corev1.Node
 	var err error
-	mark = guestNow(t, n)
+	mark := guestNow(t, n)
 	del0 := time.Now()
 	for _, id := range cpuIDs {
 		d0 := time.Now()
