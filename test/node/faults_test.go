@@ -329,18 +329,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("f: killed %s, the kubelet started by the daemon (part %q) %s", r.fault.Format("15:04:05.000"), sp[0].str("PART"), sp[0].Time().Format("15:04:05.000"))
 		// The operator hears of it: a Warning KubeletRecovered on the Node
 		// (an event carries the clock of who recorded it: the guest's).
-		since := mark
-		var recovered []string
-		for deadline := time.Now().Add(time.Minute); len(recovered) == 0; time.Sleep(time.Second) {
-			for _, e := range nodeEvents(t, s, since) {
-				if e.Reason == "KubeletRecovered" && e.Type == corev1.EventTypeWarning {
-					recovered = append(recovered, e.Note)
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("f: no Warning KubeletRecovered event on the Node within a minute of the recovery")
-			}
-		}
+		recovered := waitWarnings(t, s, "KubeletRecovered", mark, time.Minute)
 		t.Logf("f: Warning KubeletRecovered: %s", recovered[0])
 		if len(recovered) != 1 || !strings.Contains(recovered[0], "had stopped") {
 			t.Errorf("f: %d KubeletRecovered events %q, want one that says the kubelet had been stopped", len(recovered), recovered)

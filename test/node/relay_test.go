@@ -859,17 +859,7 @@ func (s *installed) blockedUnknownField(t *testing.T) {
 		t.Fatalf("no online CPU above 1: %s", guestSh(t, n, "cat /sys/devices/system/cpu/online"))
 	}
 	guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu"+cpu+"/online")
-	var blocked []string
-	for deadline := time.Now().Add(time.Minute); len(blocked) == 0; time.Sleep(time.Second) {
-		for _, e := range nodeEvents(t, s, since) {
-			if e.Reason == "KubeletRestartBlocked" && e.Type == corev1.EventTypeWarning {
-				blocked = append(blocked, e.Note)
-			}
-		}
-		if len(blocked) == 0 && time.Now().After(deadline) {
-			t.Fatalf("no Warning KubeletRestartBlocked within a minute of the CPU offline; node-resized:\n%s", journalTail(t, n, 20))
-		}
-	}
+	blocked := waitWarnings(t, s, "KubeletRestartBlocked", since, time.Minute)
 	t.Logf("Warning KubeletRestartBlocked: %s", blocked[0])
 	nd := waitNode(t, cs, n.Name(), "the condition says the restart is blocked", 30*time.Second, func(nd *corev1.Node) bool {
 		c := capacityCondition(nd)
@@ -1027,12 +1017,10 @@ func (s *installed) swapInfeasible(t *testing.T) {
 	if nd.Status.Capacity.Memory().Value() != hw {
 		t.Errorf("the Node's memory %s, want the hardware's %s", nd.Status.Capacity.Memory(), mibs(hw))
 	}
-	var infeasible int
-	for deadline := time.Now().Add(30 * time.Second); infeasible == 0 && time.Now().Before(deadline); time.Sleep(time.Second) {
-		for _, e := range nodeEvents(t, s, since) {
-			if e.Reason == "CapacityInfeasible" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "swap is active") {
-				infeasible++
-			}
+	infeasible := 0
+	for _, note := range waitWarnings(t, s, "CapacityInfeasible", since, 30*time.Second) {
+		if strings.Contains(note, "swap is active") {
+			infeasible++
 		}
 	}
 	if infeasible != 1 {
@@ -1090,17 +1078,7 @@ func (s *installed) restartTimeout(t *testing.T) {
 	if st := guestSh(t, n, "ps -o stat= -p $(systemctl show kubelet -p MainPID --value)"); !strings.HasPrefix(st, "T") {
 		t.Fatalf("the restarted kubelet is not frozen (state %q): the drop-in did not act", st)
 	}
-	var failed []string
-	for deadline := time.Now().Add(2 * time.Minute); len(failed) == 0; time.Sleep(time.Second) {
-		for _, e := range nodeEvents(t, s, since) {
-			if e.Reason == "KubeletRestartFailed" && e.Type == corev1.EventTypeWarning {
-				failed = append(failed, e.Note)
-			}
-		}
-		if len(failed) == 0 && time.Now().After(deadline) {
-			t.Fatalf("no Warning KubeletRestartFailed within 2m of a restart whose kubelet never reports; node-resized:\n%s", journalTail(t, n, 20))
-		}
-	}
+	failed := waitWarnings(t, s, "KubeletRestartFailed", since, 2*time.Minute)
 	t.Logf("Warning KubeletRestartFailed: %s", failed[0])
 	if !strings.Contains(failed[0], "within 20s of its restart") {
 		t.Errorf("the event does not say the kubelet did not come back within the timeout: %s", failed[0])

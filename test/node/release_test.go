@@ -859,3 +859,24 @@ func nodeEvents(t *testing.T, s *installed, t0 time.Time) []eventsv1.Event {
 	}
 	return out
 }
+
+// waitWarnings waits up to timeout for a Warning event with reason that
+// node-resized recorded about the Node since since (the guest's clock)
+// and returns the notes of all of them.
+func waitWarnings(t *testing.T, s *installed, reason string, since time.Time, timeout time.Duration) []string {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Second) {
+		var notes []string
+		for _, e := range nodeEvents(t, s, since) {
+			if e.Reason == reason && e.Type == corev1.EventTypeWarning {
+				notes = append(notes, e.Note)
+			}
+		}
+		if len(notes) > 0 {
+			return notes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Warning %s on the Node within %v; node-resized:\n%s", reason, timeout, journalTail(t, s.n, 20))
+		}
+	}
+}
