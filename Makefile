@@ -179,43 +179,50 @@ cluster-up:
 cluster-down:
 	test/cluster/down
 
-e2e-vm:
+# The QEMU suites print as go test -v does, then what each failed test said
+# last (test/cmd/testsummary): their logs are long, and a kept tail of one
+# must still show why it failed.
+TESTSUMMARY = $(abspath $(BIN))/testsummary
+$(TESTSUMMARY): test/cmd/testsummary/main.go
+	$(GO) -C test build -o $@ ./cmd/testsummary
+
+e2e-vm: $(TESTSUMMARY)
 	test/vm/fetch
-	cd test && $(GO) test -count=1 -v -timeout 30m ./vm/... ./vmscenario/
+	cd test && $(GO) test -json -count=1 -timeout 30m ./vm/... ./vmscenario/ 2>&1 | $(TESTSUMMARY)
 
 # A QEMU guest that is a real node: systemd as PID 1, the real kubelet
 # (built from k8s.io/kubernetes, about 5 more minutes the first time) on a
 # fake CRI runtime, or on containerd, runc and the CNI bridge (built from
 # their modules by test/node/build-runtime, with images made here),
 # registered with the test control plane.
-e2e-node:
+e2e-node: $(TESTSUMMARY)
 	test/cluster/up -build-only
 	test/vm/fetch
 	test/node/build
 	test/node/build-runtime
-	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) $(GO) test -count=1 -v -timeout 50m $(NODE_GO_PARALLEL) ./node/
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) $(GO) test -json -count=1 -timeout 50m $(NODE_GO_PARALLEL) ./node/ 2>&1 | $(TESTSUMMARY)
 
 # The kubelet version matrix (test/node/matrix_test.go, build tag matrix):
 # one boot per older kubelet, NODE_PARALLEL at a time; NODE_KUBELETS picks a
 # subset (e.g. NODE_KUBELETS=v1.35.4). Not part of e2e-node.
 NODE_KUBELETS ?=
-e2e-node-matrix:
+e2e-node-matrix: $(TESTSUMMARY)
 	test/cluster/up -build-only
 	test/vm/fetch
 	test/node/build
 	test/node/build-matrix
-	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 60m $(NODE_GO_PARALLEL) -run '^TestKubeletVersions$$' ./node/
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -json -tags matrix -count=1 -timeout 60m $(NODE_GO_PARALLEL) -run '^TestKubeletVersions$$' ./node/ 2>&1 | $(TESTSUMMARY)
 
 # e2e-node and e2e-node-matrix in one run (what CI runs): their guests
 # share the NODE_PARALLEL slots, the longest first, so that the matrix's
 # runs fill the time the others leave.
-e2e-node-all:
+e2e-node-all: $(TESTSUMMARY)
 	test/cluster/up -build-only
 	test/vm/fetch
 	test/node/build
 	test/node/build-runtime
 	test/node/build-matrix
-	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -tags matrix -count=1 -v -timeout 80m $(NODE_GO_PARALLEL) ./node/
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -json -tags matrix -count=1 -timeout 80m $(NODE_GO_PARALLEL) ./node/ 2>&1 | $(TESTSUMMARY)
 
 # A plain install without a package: the binaries and the bash completion
 # under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in
