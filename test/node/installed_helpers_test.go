@@ -294,6 +294,29 @@ func memTotal(t *testing.T, n *Node) int64 {
 	return kb * 1024
 }
 
+// steadyMemTotal returns MemTotal once it has not changed for 5 s (at most
+// 3 minutes): a balloon that a step before inflated can still be taking
+// pages from a slow guest after that step saw its target come near, and a
+// step that compares the kubelet's view with MemTotal needs the final one.
+func steadyMemTotal(t *testing.T, n *Node) int64 {
+	t.Helper()
+	began := time.Now()
+	first := memTotal(t, n)
+	last, since := first, time.Now()
+	for deadline := time.Now().Add(3 * time.Minute); time.Since(since) < 5*time.Second; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("MemTotal still changing after 3 minutes: %s, then %s", mibs(first), mibs(last))
+		}
+		if mt := memTotal(t, n); mt != last {
+			last, since = mt, time.Now()
+		}
+	}
+	if last != first {
+		t.Logf("MemTotal went from %s to %s before it held for 5 s (%v)", mibs(first), mibs(last), time.Since(began).Round(time.Second))
+	}
+	return last
+}
+
 // kubepodsMax returns the kernel's memory.max of kubepods.slice's cgroup,
 // and fails the test when systemd's MemoryMax of the slice does not agree
 // with it within 5 s.

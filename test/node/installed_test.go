@@ -1068,7 +1068,7 @@ func memInfoBytes(t *testing.T, n *Node, field string) int64 {
 func (s *installed) uninstallPurge(t *testing.T) {
 	n, cs := s.n, s.admin
 	ctx := context.Background()
-	mem := memTotal(t, n)
+	mem := steadyMemTotal(t, n)
 	kubelets := mem - installedReserved // what the kubelet writes for this machine
 	conf := (mem - 256<<20) &^ (1<<20 - 1)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"memory\":\"%d\"}"}}}`, configuredAnnotation, conf)

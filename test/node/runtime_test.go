@@ -573,10 +573,13 @@ func TestRealRuntimeCPUWeight(t *testing.T) {
 	}
 	after := share("on 1 CPU")
 	// The weights are 4 and 16: on one CPU the scheduler gives the 400m
-	// container about four times the other's time; on three it gave each
-	// a CPU. Bounds well inside both.
-	if after < 2.5 || after < 1.5*before {
-		t.Errorf("the 400m container's time over the 100m one's: %.2f on 3 CPUs, %.2f on 1 CPU; want about 1 and about 4", before, after)
+	// container about four times the other's time. On three each could
+	// have a CPU, but the guest's vCPUs are host threads, and on a loaded
+	// host they get unequal time: that ratio was 1.4 on an idle host and
+	// higher on a busy one, so it is the control (sharing one CPU raised
+	// the ratio), not a bound.
+	if after < 2.5 || after <= before {
+		t.Errorf("the 400m container's time over the 100m one's: %.2f on 3 CPUs, %.2f on 1 CPU; want at least 2.5 on 1 CPU (weights 16 and 4), and above the ratio on 3 CPUs", before, after)
 	}
 }
 
