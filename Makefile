@@ -26,6 +26,8 @@
 #                   v1.36, built by test/node/build-matrix: a first build of each
 #                   takes minutes) and with v1.37, the Static memory manager on,
 #                   and the restart scenarios run on it
+#   make build-cross the static binaries for each of ARCHES (amd64 arm64 ppc64le
+#                   s390x) into bin/linux_<arch>/
 #   make package    the deb and rpm packages in dist/ (package-test checks them,
 #                   with lintian, rpmlint and systemd-analyze; make man: the manual pages)
 #   make install    a plain install under PREFIX (default /usr/local)
@@ -55,7 +57,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -65,6 +67,17 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
+
+# The same static binaries for each of ARCHES (GOARCH names), into
+# $(BIN)/linux_<arch>/: what the container image (make image) and the
+# packages of each architecture are made of. make build's $(BIN)/ for this
+# machine is left as it is.
+ARCHES ?= amd64 arm64 ppc64le s390x
+build-cross:
+	for arch in $(ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' \
+			-o $(BIN)/linux_$$arch/ ./cmd/node-resized ./cmd/node-resizectl || exit 1; \
+	done
 
 run: build
 	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
