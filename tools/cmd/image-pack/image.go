@@ -183,6 +183,15 @@ func platformImage(o options, arch string) (v1.Image, error) {
 	return mutate.Annotations(img, labels(o)).(v1.Image), nil
 }
 
+// noArtifactType is an image whose entry in the index has no artifactType.
+// go-containerregistry gives an image's entry its config's media type as
+// artifactType, which OCI 1.1 allows; but docker buildx and buildah write
+// none, and skopeo 1.9 (Debian 12's) then rewrites the index (another
+// digest), and refuses to copy it with --preserve-digests.
+type noArtifactType struct{ v1.Image }
+
+func (noArtifactType) ArtifactType() (string, error) { return "", nil }
+
 // imageIndex is the multi-architecture image: an OCI index of one
 // platform image per architecture, in the order of their names.
 func imageIndex(o options) (v1.ImageIndex, map[string]v1.Image, error) {
@@ -197,7 +206,7 @@ func imageIndex(o options) (v1.ImageIndex, map[string]v1.Image, error) {
 		}
 		imgs[arch] = img
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
-			Add:        img,
+			Add:        noArtifactType{img},
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}},
 		})
 	}

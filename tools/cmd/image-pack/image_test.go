@@ -297,6 +297,9 @@ func checkImage(t *testing.T, dir string, o options) {
 		if d.MediaType != types.OCIManifestSchema1 {
 			t.Errorf("%s: a %s, want an OCI manifest", d.Platform, d.MediaType)
 		}
+		if d.ArtifactType != "" {
+			t.Errorf("%s: artifactType %q in the index: skopeo 1.9 rewrites such an index", d.Platform, d.ArtifactType)
+		}
 		img, err := idx.Image(d.Digest)
 		if err != nil {
 			t.Fatal(err)
