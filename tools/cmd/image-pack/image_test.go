@@ -153,6 +153,7 @@ func fixture(t *testing.T) (options, result) {
 func TestReproducible(t *testing.T) {
 	o, first := fixture(t)
 	o.out = filepath.Join(workDir, "again")
+	defer os.RemoveAll(o.out)
 	second, err := build(o)
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +177,7 @@ func TestReproducible(t *testing.T) {
 	later.created = o.created.Add(time.Second)
 	later.arches = []string{"amd64"}
 	later.out = filepath.Join(workDir, "later")
+	defer os.RemoveAll(later.out)
 	third, err := build(later)
 	if err != nil {
 		t.Fatal(err)
@@ -491,6 +493,7 @@ func checkArchive(t *testing.T, res result, o options) {
 	entries := readTar(t, f)
 	unpacked := filepath.Join(workDir, "unpacked")
 	os.RemoveAll(unpacked)
+	defer os.RemoveAll(unpacked)
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.name)
