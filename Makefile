@@ -26,8 +26,14 @@
 #                   v1.36, built by test/node/build-matrix: a first build of each
 #                   takes minutes) and with v1.37, the Static memory manager on,
 #                   and the restart scenarios run on it
+#   make build-cross the static binaries for each of ARCHES (amd64 arm64 ppc64le
+#                   s390x) into bin/linux_<arch>/
+#   make image      the DaemonSet's multi-architecture container image: dist/image/oci
+#                   (an OCI layout) and dist/node-resized-image-<tag>.tar (docker,
+#                   podman load, ctr images import)
 #   make package    the deb and rpm packages in dist/ (package-test checks them,
-#                   with lintian, rpmlint and systemd-analyze; make man: the manual pages)
+#                   with lintian, rpmlint and systemd-analyze, and the image;
+#                   make man: the manual pages)
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
@@ -55,7 +61,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
 
 all: build
 
@@ -65,6 +71,17 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
+
+# The same static binaries for each of ARCHES (GOARCH names), into
+# $(BIN)/linux_<arch>/: what the container image (make image) and the
+# packages of each architecture are made of. make build's $(BIN)/ for this
+# machine is left as it is.
+ARCHES ?= amd64 arm64 ppc64le s390x
+build-cross:
+	for arch in $(ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' \
+			-o $(BIN)/linux_$$arch/ ./cmd/node-resized ./cmd/node-resizectl || exit 1; \
+	done
 
 run: build
 	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
@@ -256,6 +273,25 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 package: build
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -bin $(BIN) -out dist -version $(VERSION)
 
+# The DaemonSet's container image: a multi-architecture OCI image index of
+# ARCHES (linux), built from make build-cross's binaries by
+# tools/cmd/image-pack with go-containerregistry, no container engine. It
+# writes $(DIST)/image/oci (an OCI image layout: skopeo copy --all oci:...,
+# crane push) and $(DIST)/node-resized-image-<tag>.tar, the same layout in
+# one tar with a docker-style manifest.json (docker load, podman load, ctr
+# images import, skopeo copy --all oci-archive:...). The image is named
+# $(IMAGE):<tag>, <tag> being VERSION without its leading v unless
+# IMAGE_TAG is set; the Containerfile builds the same contents with
+# docker buildx or buildah (packaging/README.md). Its dates are the last
+# commit's, so that one commit builds the same digest.
+IMAGE     ?= ghcr.io/node-resized/node-resized
+IMAGE_TAG ?=
+DIST      ?= dist
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+image: build-cross
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/image-pack -root $(CURDIR) -bin $(abspath $(BIN)) \
+		-arches '$(ARCHES)' -name $(IMAGE) $(if $(IMAGE_TAG),-tag $(IMAGE_TAG)) -version $(VERSION) -revision '$(REVISION)' -out $(abspath $(DIST))
+
 # The manual pages, made from the binaries' --help as the packages' are,
 # into $(BIN)/man (read them with man -l).
 man: build
@@ -266,10 +302,13 @@ man: build
 # make install into a DESTDIR; the manual pages; lintian and rpmlint (no
 # error, no warning: overrides and filters say why); systemd-analyze verify
 # and security on the unit and the kubelet's drop-in. Needs dpkg-dev, rpm,
-# lintian, rpmlint, man-db and systemd.
-package-test: build
+# lintian, rpmlint, man-db and systemd. And the container image
+# (tools/cmd/image-pack): make image's, its platforms, binaries and labels;
+# two builds of the same input the same digest; its agreement with the
+# Containerfile; a push to a registry in the test's process.
+package-test: build image
 	cd tools && $(GO) vet ./...
-	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v ./...
+	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) NODE_RESIZED_IMAGE=$(abspath $(DIST))/image/oci $(GO) test -count=1 -v ./...
 
 clean:
 	rm -rf $(BIN)

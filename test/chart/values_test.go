@@ -104,8 +104,8 @@ func TestValues(t *testing.T) {
 		ds, objs := daemonSet(t, nil)
 		c := ds.Spec.Template.Spec.Containers[0]
 		checkArgs(t, c)
-		if c.Image != "registry.invalid/node-resized:unpublished" {
-			t.Errorf("image %q", c.Image)
+		if !strings.HasPrefix(c.Image, imageName+":") {
+			t.Errorf("image %q, want %s (TestImageIsTheVersion checks the tag)", c.Image, imageName)
 		}
 		if _, ok := hostPaths(ds.Spec.Template.Spec)["/sys"]; ok {
 			t.Error("the host's /sys is mounted without autoOnline")

@@ -143,8 +143,8 @@ func TestDaemonSetManifest(t *testing.T) {
 	}
 	checkDaemonSet(t, ds)
 
-	// The image is a placeholder that kustomize's images transformer
-	// replaces from an overlay.
+	// An overlay points the image at another registry with kustomize's
+	// images transformer.
 	overlay := t.TempDir()
 	abs, err := filepath.Abs(kustomizeDir)
 	if err != nil {
@@ -154,7 +154,7 @@ func TestDaemonSetManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kust := "resources:\n- " + base + "\nimages:\n- name: registry.invalid/node-resized\n  newName: registry.example.com/node-resized\n  newTag: v1.2.3\n"
+	kust := "resources:\n- " + base + "\nimages:\n- name: ghcr.io/node-resized/node-resized\n  newName: registry.example.com/node-resized\n  newTag: v1.2.3\n"
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}

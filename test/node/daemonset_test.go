@@ -33,10 +33,11 @@ import (
 	"github.com/node-resized/node-resized/test/cluster"
 )
 
-// DaemonSetImage is the image TestDaemonSetOnRealNode builds from the
-// checkout's node-resized and sets in place of the manifest's placeholder,
-// as an operator does with kustomize's images transformer.
-const DaemonSetImage = "localhost/node-resized/node-resized:test"
+// DaemonSetImage is the image the DaemonSet's manifests name, without its
+// tag: the one make image builds. TestDaemonSetOnRealNode builds it from
+// the checkout with make image and sets its tag with kustomize's images
+// transformer, as an operator does.
+const DaemonSetImage = "ghcr.io/node-resized/node-resized"
 
 // The Linux capability bits the DaemonSet's container is checked for
 // (include/uapi/linux/capability.h).
@@ -47,7 +48,8 @@ const (
 
 // TestDaemonSetOnRealNode first runs a real pod on the node as booted
 // (real-runtime-pod, see realRuntimePod), then the shipped DaemonSet (packaging/kubernetes,
-// applied as `kubectl apply -k` would with the image set by kustomize) on
+// applied as `kubectl apply -k` would, with the tag of the image make
+// image built from the checkout set by kustomize) on
 // the node VM with the real container runtime and no node-resized package
 // on the host, against a control plane with the DaemonSet controller: the
 // pod runs in its own network namespace with NET_ADMIN its only
@@ -68,7 +70,7 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	const name = "node-ds"
 	needKernel(t)
 	needRuntime(t)
-	img := buildDaemonSetImage(t)
+	img, tag := buildDaemonSetImage(t)
 	c := startClusterOpts(t, cluster.Options{Controllers: []string{"daemonset", "root-ca-cert-publisher"}}, name)
 	n := bootNode(t, c, Config{Name: name, Runtime: RuntimeContainerd, RuntimeDir: runtimeDir,
 		Files: []File{{Path: GuestImagesDir + "/node-resized.tar", Source: img, Link: true}}})
@@ -89,8 +91,8 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 		t.FailNow()
 	}
 
-	// The shipped manifests, the image set.
-	applyKustomization(t, ctx, c.AdminConfig(), daemonSetOverlay(t, ""))
+	// The shipped manifests, the image's tag set.
+	applyKustomization(t, ctx, c.AdminConfig(), daemonSetOverlay(t, tag, ""))
 	pod := waitDaemonSetPod(t, ctx, admin, name, "")
 	id := containerID(t, n, pod)
 	pid := guestSh(t, n, "crictl inspect --output go-template --template '{{.info.pid}}' "+id)
@@ -205,7 +207,7 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	// pod starts.)
 	pid1 := kubeletPID(t, n)
 	guestSh(t, n, "chown -R 65534:65534 /var/lib/node-resized /run/node-resized && chown 65534 /var/lib/kubelet/cpu_manager_state /var/lib/kubelet/memory_manager_state")
-	applyKustomization(t, ctx, c.AdminConfig(), daemonSetOverlay(t, nonRootPatch))
+	applyKustomization(t, ctx, c.AdminConfig(), daemonSetOverlay(t, tag, nonRootPatch))
 	pod2 := waitDaemonSetPod(t, ctx, admin, name, pod.UID)
 	id2 := containerID(t, n, pod2)
 	pid2 := guestSh(t, n, "crictl inspect --output go-template --template '{{.info.pid}}' "+id2)
@@ -262,25 +264,23 @@ patches:
 `
 
 // daemonSetOverlay writes a kustomization over packaging/kubernetes that
-// sets DaemonSetImage, with extra (kustomization YAML) appended, and
+// sets DaemonSetImage's tag, with extra (kustomization YAML) appended, and
 // returns its folder.
-func daemonSetOverlay(t *testing.T, extra string) string {
+func daemonSetOverlay(t *testing.T, tag, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
 	base, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "packaging", "kubernetes"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, tag, _ := strings.Cut(DaemonSetImage, ":")
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - %s
 images:
-  - name: registry.invalid/node-resized
-    newName: %s
+  - name: %s
     newTag: %s
-`, base, name, tag) + extra
+`, base, DaemonSetImage, tag) + extra
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -468,30 +468,48 @@ func checkOwnNodeOnly(t *testing.T, ctx context.Context, c *cluster.Cluster, adm
 	}
 }
 
-// buildDaemonSetImage builds node-resized from this checkout (static, as
-// make build does) into an OCI image layout tagged DaemonSetImage, with
-// the binary at /usr/bin/node-resized where the manifest runs it, and
-// returns the tar's path (under this machine's cache: the guest reads it
-// through its view of this machine's root, which does not show /tmp).
-func buildDaemonSetImage(t *testing.T) string {
+// buildDaemonSetImage builds the DaemonSet's image from this checkout with
+// make image, as a release would, for linux/amd64 only (the node's
+// platform: ARCHES=amd64, whose image is the same as the linux/amd64 one
+// of the full build), and returns the archive and the image's tag. BIN
+// and DIST are a folder under this machine's cache: the guest reads the
+// archive through its view of this machine's root, which does not show
+// /tmp. The archive names the image DaemonSetImage:tag, which the guest's
+// containerd imports it as.
+func buildDaemonSetImage(t *testing.T) (archive, tag string) {
 	t.Helper()
 	dir, err := os.MkdirTemp(filepath.Dir(runtimeDir), "daemonset-image-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	bin := filepath.Join(dir, "node-resized")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/node-resized")
-	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build node-resized: %v\n%s", err, out)
+	t0 := time.Now()
+	mk := exec.Command("make", "-C", repoRoot(t), "image", "ARCHES=amd64", "BIN="+filepath.Join(dir, "bin"), "DIST="+filepath.Join(dir, "dist"))
+	out, err := mk.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
 	}
-	tar := filepath.Join(dir, "node-resized.tar")
-	oci := exec.Command(filepath.Join(runtimeDir, "images", "ociimage"), "-name", DaemonSetImage, "-out", tar,
-		"-add", bin+"=/usr/bin/node-resized", "-cmd", "/usr/bin/node-resized")
-	if out, err := oci.CombinedOutput(); err != nil {
-		t.Fatalf("ociimage: %v\n%s", err, out)
+	var index struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
 	}
-	return tar
+	b, err := os.ReadFile(filepath.Join(dir, "dist", "image", "oci", "index.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &index)
+	}
+	if err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("make image's index.json: %v, %d entries", err, len(index.Manifests))
+	}
+	ref := index.Manifests[0].Annotations["io.containerd.image.name"]
+	name, tag, _ := strings.Cut(ref, ":")
+	if name != DaemonSetImage || tag == "" {
+		t.Fatalf("make image built %q, want %s:TAG, the manifests' image", ref, DaemonSetImage)
+	}
+	archive = filepath.Join(dir, "dist", "node-resized-image-"+tag+".tar")
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("make image ARCHES=amd64: %s in %v", ref, time.Since(t0).Round(time.Millisecond))
+	return archive, tag
 }

@@ -5,7 +5,8 @@
 // from files of this machine and imported into the guest's containerd.
 // The layer is an uncompressed tar with every time set to 0, so the same
 // inputs give the same image digest. It is a test tool, not part of the
-// product.
+// product: the DaemonSet's own image is make image's (tools/cmd/image-pack),
+// which TestDaemonSetOnRealNode builds and imports as a release would.
 //
 //	ociimage -name localhost/node-resized/busybox:1.35 -out busybox.tar \
 //	    -add /bin/busybox=/bin/busybox -link /bin/sh=busybox -cmd sh
