@@ -21,6 +21,9 @@
 #   make cluster-up start that control plane in the foreground (cluster-down stops it)
 #   make e2e-vm     end-to-end tests in a QEMU guest with hot-plugged CPUs and DIMMs
 #                   (installs qemu-system-x86, busybox-static, cpio; unpacks a Debian kernel into a cache)
+#   make e2e-vm-ppc64le  the daemon, cross-built, in a ppc64le (POWER pseries) guest whose
+#                   core and DIMM are hot-added and unplugged (installs qemu-system-ppc;
+#                   takes a ppc64el kernel and busybox from Debian's archive into the same cache)
 #   make e2e-node   a QEMU guest that is a real node: systemd as PID 1, the real kubelet
 #   make e2e-node-matrix  the same node booted with each older kubelet (v1.34 to
 #                   v1.36, built by test/node/build-matrix: a first build of each
@@ -61,7 +64,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
+.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
 
 all: build
 
@@ -206,6 +209,13 @@ $(TESTSUMMARY): test/cmd/testsummary/main.go
 e2e-vm: $(TESTSUMMARY)
 	test/vm/fetch
 	cd test && $(GO) test -json -count=1 -timeout 30m ./vm/... ./vmscenario/ 2>&1 | $(TESTSUMMARY)
+
+# The same daemon built for ppc64le (CGO_ENABLED=0 GOARCH=ppc64le) in a
+# pseries guest under TCG, whose hotplug is PAPR's DLPAR, not ACPI's
+# (test/vmarch).
+e2e-vm-ppc64le: $(TESTSUMMARY)
+	test/vm/fetch ppc64le
+	cd test && NODE_RESIZED_VM_ARCH=ppc64le $(GO) test -json -count=1 -timeout 20m ./vmarch/ 2>&1 | $(TESTSUMMARY)
 
 # A QEMU guest that is a real node: systemd as PID 1, the real kubelet
 # (built from k8s.io/kubernetes, about 5 more minutes the first time) on a

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -125,10 +127,28 @@ func (o *AutoOnliner) online(ctx context.Context, j job) {
 	case errors.Is(err, ErrHeld):
 		o.m.AutoOnline.WithLabelValues(j.kind, "held").Inc()
 		o.log.Info("not bringing a hot-added device online: it is held offline for its unplug", "device", j.name())
+	case o.onlineNow(j):
+		// Someone was first: a udev rule, or the kernel itself (pseries'
+		// DLPAR onlines every CPU and memory block it attaches, while the
+		// add uevent is on its way). The kernel refuses a block already
+		// online (EINVAL); nothing is wrong.
+		o.m.AutoOnline.WithLabelValues(j.kind, "already").Inc()
+		o.log.Info("a hot-added device was online before the daemon came to it", "device", j.name(), "write", err)
 	default:
 		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
 		o.log.Error("bring a hot-added device online", "device", j.name(), "err", err)
 	}
+}
+
+// onlineNow reads whether j's device is online (cpuN/online is 1, memoryN/state
+// online); false when it cannot be read.
+func (o *AutoOnliner) onlineNow(j job) bool {
+	path, want := cpuPath(o.w.root, j.id), cpuOnline
+	if j.kind == kindBlock {
+		path, want = blockPath(o.w.root, j.id), blockOnline
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && strings.TrimSpace(string(b)) == want
 }
 
 // AddedCPUs returns the CPUs present in cur but not in prev that are offline.

@@ -195,3 +195,46 @@ func TestHeldBlocksStayOffline(t *testing.T) {
 		t.Errorf("counted %v held and %v onlined, want 1 and 2", held, onlined)
 	}
 }
+
+// A hot-added device that someone else brought online first (pseries'
+// DLPAR onlines what it attaches while its add uevent is on the way) is
+// counted as already online, not as an error; one that stayed offline
+// when the write failed is an error.
+func TestAlreadyOnlineIsNoError(t *testing.T) {
+	m := topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
+		Possible:  topologytest.Ints(0, 3),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
+		BlockSize: 256 << 20,
+		Blocks:    topologytest.Blocks(0, 4, topologytest.BlockOnline, "Normal", 0),
+		MemKB:     1 << 20,
+	}
+	tree, snap := writeMachine(t, m)
+	mt := metrics.New()
+	w := NewWriter(tree.Sys, Config{})
+	// Every write fails, as the kernel's EINVAL for a block already online.
+	w.open = func(string) (int, error) { return unix.Open("/dev/full", unix.O_WRONLY|unix.O_CLOEXEC, 0) }
+	o := NewAutoOnliner(w, nil, mt)
+	o.OnChange(monitor.Change{}, snap())
+	tree.AddBlocks(4, 2, 0, topologytest.BlockOffline, "Movable Normal")
+	o.OnChange(monitor.Change{}, snap())
+	// The kernel onlines block 4 before the daemon's write; block 5
+	// stays offline.
+	state := filepath.Join(tree.Sys, "devices/system/memory/memory4/state")
+	if err := os.WriteFile(state, []byte("online\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go o.Run(ctx)
+	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the blocks were not handled within 10s")
+		}
+	}
+	for result, want := range map[string]float64{"already": 1, "error": 1, "onlined": 0} {
+		if got := testutil.ToFloat64(mt.AutoOnline.WithLabelValues("memory_block", result)); got != want {
+			t.Errorf("memory blocks counted %s: %v, want %v", result, got, want)
+		}
+	}
+}

@@ -108,7 +108,8 @@ type Metrics struct {
 	ClampLatency prometheus.Histogram
 	// AutoOnline counts hot-added devices the daemon brought online, by
 	// kind (cpu, memory_block) and result (onlined, held: kept offline
-	// for its unplug, error).
+	// for its unplug, already: online before the daemon's write, brought
+	// online by the kernel itself or a udev rule, error).
 	AutoOnline *prometheus.CounterVec
 	// HotplugWrites counts writes of the kernel's hotplug files (package
 	// hotplug), by kind (cpu, memory_block), op (online, offline) and

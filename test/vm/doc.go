@@ -9,7 +9,10 @@
 // proc, sysfs, devtmpfs and cgroup2, and a command agent on a
 // virtio-serial port. [Boot] starts qemu-system-x86_64 under TCG with a
 // machine that has room to grow (spare CPU sockets, DIMM slots, two NUMA
-// nodes, and virtio-mem devices when [Config.VirtioMem] asks for them);
+// nodes, and virtio-mem devices when [Config.VirtioMem] asks for them), or
+// with [Config.Arch] [PPC64LE] qemu-system-ppc64's pseries machine (spare
+// cores, DIMM slots, two NUMA nodes), whose kernel and busybox test/vm/fetch
+// takes from Debian's ppc64el packages;
 // [VM.Exec] runs shell commands in the guest; the hotplug and virtio-mem
 // methods drive QEMU through QMP.
 //

@@ -150,15 +150,20 @@ func (v *VM) HotAddDIMM(ctx context.Context, sizeBytes uint64, nodeID int) (stri
 	return id, nil
 }
 
-// EjectError says the guest refused to eject a device (ACPI _OST status
-// other than success or in-progress), e.g. because memory of a DIMM could
-// not be offlined.
+// EjectError says the guest refused to eject a device, e.g. because memory
+// of a DIMM could not be offlined: on amd64 an ACPI _OST status other than
+// success or in-progress, on ppc64le (no ACPI) QEMU's
+// DEVICE_UNPLUG_GUEST_ERROR, sent when the guest's DLPAR code gives up and
+// takes the device back.
 type EjectError struct {
 	ID     string
-	Status int // ACPI _OST status code, e.g. 0x82 device busy
+	Status int // ACPI _OST status code, e.g. 0x82 device busy; 0 without ACPI
 }
 
 func (e *EjectError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("guest refused to eject %s: DEVICE_UNPLUG_GUEST_ERROR", e.ID)
+	}
 	return fmt.Sprintf("guest refused to eject %s: ACPI _OST status %#x", e.ID, e.Status)
 }
 
@@ -268,6 +273,15 @@ func deviceGone(ev Event, id string) bool {
 }
 
 func ejectRefused(ev Event, id string) *EjectError {
+	if ev.Name == "DEVICE_UNPLUG_GUEST_ERROR" {
+		var d struct {
+			Device string `json:"device"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil || d.Device != id {
+			return nil
+		}
+		return &EjectError{ID: id}
+	}
 	if ev.Name != "ACPI_DEVICE_OST" {
 		return nil
 	}

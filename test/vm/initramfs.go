@@ -30,14 +30,18 @@ const (
 type InitramfsConfig struct {
 	// Kernel supplies the modules; required.
 	Kernel Kernel
+	// Arch is the guest's architecture ("" is AMD64): the agent is built
+	// for it, and Busybox and Modules default to its own.
+	Arch Arch
 	// Output is the file to write; "" creates a new file in os.TempDir
 	// that the caller removes.
 	Output string
-	// Busybox is a statically linked busybox; "" means /bin/busybox
-	// (Debian's busybox-static).
+	// Busybox is a statically linked busybox; "" means Arch.Busybox():
+	// /bin/busybox (Debian's busybox-static) for this machine's own
+	// architecture, the one test/vm/fetch unpacked for a foreign one.
 	Busybox string
 	// Modules to load at boot, dependencies added and built-ins skipped;
-	// nil means DefaultModules.
+	// nil means Arch.DefaultModules() (DefaultModules on amd64).
 	Modules []string
 	// Files are extra files, e.g. static binaries built with
 	// CGO_ENABLED=0. They win over files of the same path.
@@ -82,11 +86,17 @@ func BuildInitramfs(cfg InitramfsConfig) (string, error) {
 	if cfg.Kernel.ModulesDir == "" {
 		return "", errors.New("build initramfs: no kernel given")
 	}
+	if cfg.Arch == "" {
+		cfg.Arch = AMD64
+	}
+	if _, err := ParseArch(string(cfg.Arch)); err != nil {
+		return "", fmt.Errorf("build initramfs: %w", err)
+	}
 	if cfg.Busybox == "" {
-		cfg.Busybox = "/bin/busybox"
+		cfg.Busybox = cfg.Arch.Busybox()
 	}
 	if cfg.Modules == nil {
-		cfg.Modules = DefaultModules
+		cfg.Modules = cfg.Arch.DefaultModules()
 	}
 
 	type entry struct {
@@ -108,9 +118,17 @@ func BuildInitramfs(cfg InitramfsConfig) (string, error) {
 		return "", fmt.Errorf("build initramfs: %w (install busybox-static)", err)
 	}
 	add("bin/busybox", 0o755, bb)
-	list, err := exec.Command(cfg.Busybox, "--list-full").Output()
+	// A foreign busybox cannot run here to list its applets: take the
+	// list of this machine's busybox-static, the same Debian release's
+	// build (the same configuration on every architecture). An applet
+	// it lacks would only answer "applet not found".
+	lister := cfg.Busybox
+	if cfg.Arch.Foreign() {
+		lister = "/bin/busybox"
+	}
+	list, err := exec.Command(lister, "--list-full").Output()
 	if err != nil {
-		return "", fmt.Errorf("build initramfs: %s --list-full: %w", cfg.Busybox, err)
+		return "", fmt.Errorf("build initramfs: %s --list-full (the list of applets to link): %w", lister, err)
 	}
 	for _, applet := range strings.Fields(string(list)) {
 		if p := cleanArchivePath(applet); p != "bin/busybox" {
@@ -145,7 +163,7 @@ func BuildInitramfs(cfg InitramfsConfig) (string, error) {
 		add("init", 0o755, []byte(initScript))
 	}
 	add("etc/inittab", 0o644, []byte(inittab))
-	agent, err := guestAgentBinary()
+	agent, err := guestAgentBinary(cfg.Arch)
 	if err != nil {
 		return "", fmt.Errorf("build initramfs: %w", err)
 	}

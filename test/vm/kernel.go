@@ -3,6 +3,7 @@ package vm
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,8 +12,11 @@ import (
 
 // Kernel is a Debian kernel package unpacked by test/vm/fetch.
 type Kernel struct {
-	Version    string // e.g. "6.1.0-56-amd64"
-	Image      string // boot/vmlinuz-<Version>
+	Version string // e.g. "6.1.0-56-amd64"
+	// Image is boot/vmlinuz-<Version>, or boot/vmlinux-<Version> where
+	// the package has no compressed image (powerpc64le: an ELF file,
+	// which QEMU's pseries loads as it is).
+	Image      string
 	Config     string // boot/config-<Version>
 	ModulesDir string // lib/modules/<Version>
 }
@@ -35,7 +39,8 @@ func DefaultCacheDir() string {
 var ErrNoKernel = errors.New("no unpacked kernel: run test/vm/fetch")
 
 // FindKernel returns the kernel that test/vm/fetch last unpacked into
-// cacheDir ("" means DefaultCacheDir).
+// cacheDir ("" means DefaultCacheDir; a foreign architecture's is in its
+// Arch.CacheDir).
 func FindKernel(cacheDir string) (Kernel, error) {
 	if cacheDir == "" {
 		cacheDir = DefaultCacheDir()
@@ -65,7 +70,12 @@ func FindKernel(cacheDir string) (Kernel, error) {
 	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
 		return Kernel{}, fmt.Errorf("find kernel %s: unpack incomplete: %w", root, ErrNoKernel)
 	}
-	if _, err := os.Stat(k.Image); err != nil {
+	_, err := os.Stat(k.Image)
+	if errors.Is(err, fs.ErrNotExist) {
+		k.Image = filepath.Join(root, "boot", "vmlinux-"+ver)
+		_, err = os.Stat(k.Image)
+	}
+	if err != nil {
 		return Kernel{}, fmt.Errorf("find kernel image: %w", err)
 	}
 	return k, nil

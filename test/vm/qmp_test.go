@@ -198,6 +198,9 @@ func TestEjectEvents(t *testing.T) {
 		{ost("c2", 3, 0x82), false}, // another device
 		{ost("c1", 3, 0x82), true},  // device busy
 		{ost("c1", 3, 1), true},
+		// pseries: no ACPI; QEMU says the guest took the device back.
+		{Event{Name: "DEVICE_UNPLUG_GUEST_ERROR", Data: json.RawMessage(`{"device": "c1", "path": "/machine/peripheral/c1"}`)}, true},
+		{Event{Name: "DEVICE_UNPLUG_GUEST_ERROR", Data: json.RawMessage(`{"device": "c2", "path": "/machine/peripheral/c2"}`)}, false},
 	} {
 		if got := ejectRefused(tc.ev, "c1") != nil; got != tc.refused {
 			t.Errorf("ejectRefused(%s) = %v, want %v", tc.ev.Data, got, tc.refused)

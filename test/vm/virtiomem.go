@@ -76,6 +76,11 @@ func (d VirtioMemDevice) blockSize() uint64 {
 // whose backend does not fit ("not enough space, currently 0x0 in use of
 // total space for memory devices ...").
 func (c *Config) checkVirtioMem() error {
+	if len(c.VirtioMem) > 0 && c.Arch != AMD64 {
+		// QEMU 7.2 has virtio-mem-pci for x86 only, and Debian's
+		// powerpc64le kernel no driver for it.
+		return fmt.Errorf("config: virtio-mem devices on %s: the harness has them on amd64 only", c.Arch)
+	}
 	ids := map[string]bool{}
 	var total uint64
 	for _, d := range c.VirtioMem {

@@ -45,7 +45,11 @@ type NUMANode struct {
 type Config struct {
 	Kernel    string // kernel image (Kernel.Image); required
 	Initramfs string // from BuildInitramfs; required
-	QEMU      string // default "qemu-system-x86_64" from PATH
+	// Arch is the guest's architecture; "" is AMD64. The kernel and the
+	// initramfs must be built for it (FindKernel in Arch.CacheDir,
+	// InitramfsConfig.Arch).
+	Arch Arch
+	QEMU string // default Arch.QEMU() from PATH, "qemu-system-x86_64" for amd64
 	// Accel is QEMU's -accel value (nested KVM hangs during boot on the
 	// hosts we run on). The default is single-threaded TCG,
 	// "tcg,thread=single": with two guests of 2 to 4 vCPUs on a 2-core
@@ -54,7 +58,8 @@ type Config struct {
 	// 36 s, two node guests side by side), and their tests run 6 – 31%
 	// faster. With UnplugCPUs it is multi-threaded TCG, "tcg".
 	Accel string
-	// CPUModel is QEMU's -cpu; default "qemu64". Under TCG, "max" (every
+	// CPUModel is QEMU's -cpu; default "qemu64" (amd64), "power9"
+	// (ppc64le). Under TCG, "max" (every
 	// feature TCG emulates: AVX2, which glibc's string functions and Go's
 	// memmove then use, and more) made a node test cost 17% more host CPU
 	// (test/vm's README, "The CPU model").
@@ -68,11 +73,13 @@ type Config struct {
 	// Dir receives console.log (the guest's serial console) and qemu.log
 	// (QEMU's own output). "" uses a temporary folder that Close removes.
 	Dir     string
-	CPUs    int    // CPUs at boot; default 1
-	MaxCPUs int    // CPU slots; default 4
-	Mem     uint64 // boot memory in bytes, multiple of 1 MiB; default 512 MiB
-	Slots   int    // DIMM slots; default 4
-	MaxMem  uint64 // boot plus hot-pluggable memory; default 4 GiB
+	CPUs    int // CPUs at boot; default 1
+	MaxCPUs int // CPU slots; default 4
+	// Mem is the boot memory in bytes, a multiple of 1 MiB (of 256 MiB
+	// on ppc64le, its memory hotplug unit); default 512 MiB.
+	Mem    uint64
+	Slots  int    // DIMM slots; default 4
+	MaxMem uint64 // boot plus hot-pluggable memory; default 4 GiB
 	// NUMA lists the nodes; nil means two nodes that split the CPU slots,
 	// node 0 holding all boot memory; an empty non-nil slice means no
 	// NUMA options at all.
@@ -149,20 +156,29 @@ type VM struct {
 	backends map[string]string
 }
 
-// KernelCmdline is the kernel command line every guest gets, followed by
-// a preset "lpj=" (see presetLPJ), "possible_cpus=9" when MaxCPUs <= 8
-// (see physflatPossibleCPUs) and Config.Append: a serial console,
-// reboot (hence QEMU exit) on panic, hot-added memory left offline, cgroup
-// v2 only.
-const KernelCmdline = "console=ttyS0 panic=-1 memhp_default_state=offline " +
+// KernelCmdline is the kernel command line every guest gets after its
+// console= (the architecture's first serial port: ttyS0, or hvc0 on
+// ppc64le), followed on amd64 by a preset "lpj=" (see presetLPJ) and
+// "possible_cpus=9" when MaxCPUs <= 8 (see physflatPossibleCPUs), then by
+// Config.Append: reboot (hence QEMU exit) on panic, hot-added memory left
+// offline (the ACPI path; pseries' DLPAR onlines what it adds in the
+// kernel, whatever this says), cgroup v2 only.
+const KernelCmdline = "panic=-1 memhp_default_state=offline " +
 	"systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
 
 func (c *Config) setDefaults() error {
 	if c.Kernel == "" || c.Initramfs == "" {
 		return errors.New("config: Kernel and Initramfs are required")
 	}
+	if c.Arch == "" {
+		c.Arch = AMD64
+	}
+	if _, err := ParseArch(string(c.Arch)); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	arch := c.Arch.info()
 	if c.QEMU == "" {
-		c.QEMU = "qemu-system-x86_64"
+		c.QEMU = arch.qemu
 	}
 	if c.Accel == "" {
 		c.Accel = "tcg,thread=single"
@@ -171,7 +187,7 @@ func (c *Config) setDefaults() error {
 		}
 	}
 	if c.CPUModel == "" {
-		c.CPUModel = "qemu64"
+		c.CPUModel = arch.cpu
 	}
 	if c.CPUs == 0 {
 		c.CPUs = 1
@@ -207,14 +223,14 @@ func (c *Config) setDefaults() error {
 	if c.CPUs > c.MaxCPUs {
 		return fmt.Errorf("config: CPUs %d > MaxCPUs %d", c.CPUs, c.MaxCPUs)
 	}
-	if c.Mem%mib != 0 || c.MaxMem%mib != 0 || c.Mem > c.MaxMem {
-		return fmt.Errorf("config: Mem %d and MaxMem %d must be multiples of 1 MiB, Mem <= MaxMem", c.Mem, c.MaxMem)
+	if c.Mem%arch.memAlign != 0 || c.MaxMem%arch.memAlign != 0 || c.Mem > c.MaxMem {
+		return fmt.Errorf("config: Mem %d and MaxMem %d must be multiples of %d MiB (%s), Mem <= MaxMem", c.Mem, c.MaxMem, arch.memAlign/mib, c.Arch)
 	}
 	if len(c.NUMA) > 0 {
 		var sum uint64
 		for _, n := range c.NUMA {
-			if n.Mem%mib != 0 {
-				return fmt.Errorf("config: NUMA node memory %d is not a multiple of 1 MiB", n.Mem)
+			if n.Mem%arch.memAlign != 0 {
+				return fmt.Errorf("config: NUMA node memory %d is not a multiple of %d MiB (%s)", n.Mem, arch.memAlign/mib, c.Arch)
 			}
 			sum += n.Mem
 		}
@@ -237,11 +253,18 @@ func cpuRange(lo, hi int) string {
 
 // qemuArgs returns QEMU's command line for a configured machine.
 func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
+	arch := c.Arch.info()
+	// One CPU per socket: NUMA nodes then never split a socket (which
+	// makes Linux warn that LLC siblings sit on different nodes). A
+	// machine that hot-plugs cores (pseries) gets one socket of
+	// single-thread cores instead: a core is its unit of hotplug.
+	smp := fmt.Sprintf("%d,maxcpus=%d,sockets=%d,cores=1,threads=1", c.CPUs, c.MaxCPUs, c.MaxCPUs)
+	if arch.coresHotplug {
+		smp = fmt.Sprintf("%d,maxcpus=%d,sockets=1,cores=%d,threads=1", c.CPUs, c.MaxCPUs, c.MaxCPUs)
+	}
 	args := []string{
-		"-M", "q35", "-accel", c.Accel, "-cpu", c.CPUModel,
-		// One CPU per socket: NUMA nodes then never split a socket (which
-		// makes Linux warn that LLC siblings sit on different nodes).
-		"-smp", fmt.Sprintf("%d,maxcpus=%d,sockets=%d,cores=1,threads=1", c.CPUs, c.MaxCPUs, c.MaxCPUs),
+		"-M", arch.machine, "-accel", c.Accel, "-cpu", c.CPUModel,
+		"-smp", smp,
 		"-m", fmt.Sprintf("%dM,slots=%d,maxmem=%dM", c.Mem/mib, c.Slots, c.MaxMem/mib),
 	}
 	for i, n := range c.NUMA {
@@ -257,12 +280,14 @@ func qemuArgs(c Config, consoleLog, qmpSock, agentSock string) []string {
 	}
 	args = append(args, virtioMemArgs(c.VirtioMem)...)
 	args = append(args, diskArgs(c.Disks)...)
-	cmdline := KernelCmdline
-	if !strings.Contains(c.Append, "lpj=") {
-		cmdline += " " + presetLPJ()
-	}
-	if c.MaxCPUs <= 8 && !strings.Contains(c.Append, "possible_cpus=") {
-		cmdline += " " + physflatPossibleCPUs
+	cmdline := "console=" + arch.console + " " + KernelCmdline
+	if c.Arch == AMD64 {
+		if !strings.Contains(c.Append, "lpj=") {
+			cmdline += " " + presetLPJ()
+		}
+		if c.MaxCPUs <= 8 && !strings.Contains(c.Append, "possible_cpus=") {
+			cmdline += " " + physflatPossibleCPUs
+		}
 	}
 	if c.Append != "" {
 		cmdline += " " + c.Append
