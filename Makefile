@@ -28,6 +28,7 @@
 #                   and the restart scenarios run on it
 #   make package    the deb and rpm packages in dist/ (package-test checks them,
 #                   with lintian, rpmlint and systemd-analyze; make man: the manual pages)
+#   make build-cross  static binaries for each of ARCHES in bin/linux_<arch>/
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
@@ -55,7 +56,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -65,6 +66,18 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
+
+# The architectures the packages are built for (Go's names), each one's
+# static binaries in $(BIN)/linux_<arch>/ (the container image's build
+# reads the same layout). Cross builds need no C toolchain: CGO_ENABLED=0,
+# as make build.
+ARCHES ?= amd64 arm64 ppc64le s390x
+
+build-cross: $(addprefix build-cross-,$(ARCHES))
+
+build-cross-%:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux_$*/node-resized ./cmd/node-resized
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux_$*/node-resizectl ./cmd/node-resizectl
 
 run: build
 	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
