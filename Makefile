@@ -26,8 +26,9 @@
 #                   v1.36, built by test/node/build-matrix: a first build of each
 #                   takes minutes) and with v1.37, the Static memory manager on,
 #                   and the restart scenarios run on it
-#   make package    the deb and rpm packages in dist/ (package-test checks them,
-#                   with lintian, rpmlint and systemd-analyze; make man: the manual pages)
+#   make package    the deb and rpm packages in dist/ for each of ARCHES (package-test
+#                   checks them, with lintian, rpmlint and systemd-analyze; make man:
+#                   the manual pages)
 #   make build-cross  static binaries for each of ARCHES in bin/linux_<arch>/
 #   make install    a plain install under PREFIX (default /usr/local)
 
@@ -250,22 +251,28 @@ install: build
 	grep -q '^ExecStartPre=-$(PREFIX)/bin/node-resized kubelet-prestart ' $(DESTDIR)/etc/systemd/system/kubelet.service.d/90-node-resized.conf
 	test -e $(DESTDIR)/etc/default/node-resized || install -D -m 0644 packaging/default/node-resized $(DESTDIR)/etc/default/node-resized
 
-# The deb and rpm packages, in dist/ with nfpm's names
-# (node-resized_<version>_amd64.deb, node-resized-<version>-1.x86_64.rpm),
-# built with nfpm's Go API by the separate tools/ module. <version> is
+# The deb and rpm packages of each of ARCHES, in dist/ with nfpm's names
+# (node-resized_<version>_<arch>.deb, node-resized-<version>-1.<arch>.rpm;
+# the deb's arch is amd64, arm64, ppc64el or s390x, the rpm's x86_64,
+# aarch64, ppc64le or s390x), built with nfpm's Go API by the separate
+# tools/ module from build-cross's binaries; their manual pages come from
+# the --help of make build's, which run here. <version> is
 # VERSION made acceptable to dpkg and rpm: v1.2.3 -> 1.2.3,
 # v1.2.3-4-gabc1234 -> 1.2.3+git4.abc1234, abc1234-dirty (no tag) ->
 # 0.0.0~gitabc1234.dirty (packaging/README.md).
 # The packages' dates (files, changelog, manual pages) are the last
 # commit's, so that one commit packages the same.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
-package: build
-	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -bin $(BIN) -out dist -version $(VERSION)
+comma := ,
+empty :=
+space := $(empty) $(empty)
+package: build build-cross
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -arch $(subst $(space),$(comma),$(strip $(ARCHES))) -bin '$(BIN)/linux_{arch}' -help-bin $(BIN) -out dist -version $(VERSION)
 
 # The manual pages, made from the binaries' --help as the packages' are,
 # into $(BIN)/man (read them with man -l).
 man: build
-	$(GO) -C tools run ./cmd/nfpm-pack -bin $(abspath $(BIN)) -man $(abspath $(BIN))/man -version $(VERSION)
+	$(GO) -C tools run ./cmd/nfpm-pack -help-bin $(abspath $(BIN)) -man $(abspath $(BIN))/man -version $(VERSION)
 
 # The packages' contents, control data and scripts, an install, upgrade and
 # purge with dpkg --root and rpm --root in temporary roots (as root), and
