@@ -277,10 +277,15 @@ man: build
 # The packages' contents, control data and scripts, an install, upgrade and
 # purge with dpkg --root and rpm --root in temporary roots (as root), and
 # make install into a DESTDIR; the manual pages; lintian and rpmlint (no
-# error, no warning: overrides and filters say why); systemd-analyze verify
-# and security on the unit and the kubelet's drop-in. Needs dpkg-dev, rpm,
-# lintian, rpmlint, man-db and systemd.
+# error, no warning: overrides and filters say why) on every architecture's
+# packages; the arm64, ppc64el and s390x debs installed with dpkg --root and
+# their rpms unpacked, their binaries checked to be that architecture's and
+# run under qemu-user; systemd-analyze verify and security on the unit and
+# the kubelet's drop-in. Needs dpkg-dev, rpm, lintian, rpmlint, man-db,
+# systemd and qemu-user-static. It packages all four architectures,
+# whatever ARCHES says.
 package-test: build
+	$(MAKE) --no-print-directory build-cross ARCHES='amd64 arm64 ppc64le s390x'
 	cd tools && $(GO) vet ./...
 	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v ./...
 
