@@ -11,9 +11,9 @@ import (
 	"github.com/node-resized/node-resized/topology/topologytest"
 )
 
-// The trees of machines other than x86 (see s390xMachine in
-// scenarios_test.go, whose capacity TestCapacityScenarios and
-// TestCAdvisorReference check). make test-cross runs these tests
+// The trees of machines other than x86 (see powerMachine and
+// s390xMachine in scenarios_test.go, whose capacity TestCapacityScenarios
+// and TestCAdvisorReference check). make test-cross runs these tests
 // built for arm64, ppc64le and s390x, where cAdvisor reads what the
 // kubelet of that architecture reads.
 
@@ -26,6 +26,45 @@ func cores(n Node) map[string][]int {
 		m[k] = append(m[k], c.ID)
 	}
 	return m
+}
+
+// TestPowerSMT8 reads the POWER LPAR: eight threads to a core under the
+// core_id of the first, no package id, 256 MiB blocks; an update after a
+// thread comes back online finds what a full read finds.
+func TestPowerSMT8(t *testing.T) {
+	tree := powerMachine().WriteTree(t, topologytest.Dir(t))
+	fsys, err := NewFS(tree.Sys, tree.Proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := fsys.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string][]int{
+		{"drawer0/book0/socket-1/core0": topologytest.Ints(0, 7), "drawer0/book0/socket-1/core8": topologytest.Ints(8, 15)},
+		{"drawer0/book0/socket-1/core16": topologytest.Ints(16, 23), "drawer0/book0/socket-1/core24": topologytest.Ints(24, 27)},
+	}
+	if len(s.Nodes) != len(want) {
+		t.Fatalf("%d nodes, want %d", len(s.Nodes), len(want))
+	}
+	for i, n := range s.Nodes {
+		if got := cores(n); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("node%d cores %v, want %v", n.ID, got, want[i])
+		}
+	}
+	if s.MemoryBlockSize != 256*miB {
+		t.Errorf("memory block size %d, want 256 MiB", s.MemoryBlockSize)
+	}
+	if n := len(s.MemoryBlocks); n != 72 {
+		t.Errorf("%d memory blocks, want 72", n)
+	}
+	if got, want := s.CPUs.Offline.String(), "28-63"; got != want {
+		t.Errorf("offline %s, want %s", got, want)
+	}
+
+	tree.SetCPUOnline(28, true)
+	checkUpdate(t, fsys, s, []Device{{DeviceCPU, 28}})
 }
 
 // checkUpdate requires Update of devs after prev to be incremental and to
@@ -150,7 +189,8 @@ func TestS390xWithoutBookFiles(t *testing.T) {
 }
 
 // TestMachineShapes checks that the trees are what their comments say:
-// the s390 files and levels, 256 MiB in block_size_bytes.
+// SMT8 threads in thread_siblings_list, no package id, the s390 files
+// and levels, 256 MiB in block_size_bytes.
 func TestMachineShapes(t *testing.T) {
 	check := func(sys string, want map[string]string) {
 		t.Helper()
@@ -163,7 +203,21 @@ func TestMachineShapes(t *testing.T) {
 			}
 		}
 	}
-	sys, _ := s390xMachine(false).Write(t, topologytest.Dir(t))
+	sys, _ := powerMachine().Write(t, topologytest.Dir(t))
+	check(sys, map[string]string{
+		"devices/system/cpu/cpu9/topology/thread_siblings_list":  "8-15",
+		"devices/system/cpu/cpu9/topology/core_id":               "8",
+		"devices/system/cpu/cpu9/topology/physical_package_id":   "-1",
+		"devices/system/cpu/cpu25/topology/thread_siblings_list": "24-27",
+		"devices/system/cpu/cpu31/online":                        "0",
+		"devices/system/cpu/possible":                            "0-63",
+		"devices/system/cpu/present":                             "0-31",
+		"devices/system/node/node0/cpu3/topology/core_id":        "0",
+		"devices/system/node/node1/cpulist":                      "16-31",
+		"devices/system/memory/block_size_bytes":                 "10000000",
+		"devices/system/memory/memory71/state":                   "offline",
+	})
+	sys, _ = s390xMachine(false).Write(t, topologytest.Dir(t))
 	check(sys, map[string]string{
 		"devices/system/cpu/cpu10/topology/book_id":              "3",
 		"devices/system/cpu/cpu10/topology/drawer_id":            "2",

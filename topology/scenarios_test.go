@@ -188,6 +188,20 @@ func scenarios() []scenario {
 			},
 		},
 		{
+			// A POWER LPAR in SMT8 (powerMachine): 32 threads in 4
+			// cores, 4 threads offline, 256 MiB memory blocks.
+			name: "power-smt8-lpar",
+			fix:  powerMachine(),
+			want: testCapacity{
+				CPU:    28,
+				Memory: 16 * giB,
+				Nodes: []testNodeCapacity{
+					{ID: 0, CPU: 16, Memory: 8 * giB},
+					{ID: 1, CPU: 12, Memory: 8 * giB},
+				},
+			},
+		},
+		{
 			// An s390x LPAR with NUMA (s390xMachine): books and drawers
 			// above the sockets, SMT2, 256 MiB blocks, 1 MiB pages.
 			name: "s390x-books-drawers",
@@ -210,6 +224,46 @@ func scenarios() []scenario {
 				Hugepages: map[string]uint64{"hugepages-1Mi": 64 * miB},
 			},
 		},
+	}
+}
+
+// powerMachine is a POWER LPAR (pseries) in SMT8: node0 holds cores 0
+// and 8 (cpu0-15), node1 cores 16 and 24 (cpu16-31), with cpu28-31 (the
+// second half of core 24) taken offline. What the kernel writes there:
+//
+//   - core_id is the hardware id of the core's first thread
+//     (topology_core_id is cpu_to_core_id, the "reg" property of the
+//     CPU's device tree node: arch/powerpc/include/asm/topology.h,
+//     arch/powerpc/kernel/smp.c), so a core's eight threads share it and
+//     thread_siblings_list names all eight;
+//   - physical_package_id is cpu_to_chip_id, the node's ibm,chip-id, and
+//     -1 where the LPAR's device tree has none (as on the POWER machines
+//     of llvm/llvm-project#111809, whose physical_package_id reads -1);
+//   - a memory block is one logical memory block (LMB) of the hypervisor
+//     (pseries_memory_block_size, arch/powerpc/platforms/pseries), and
+//     256 MiB is the LMB size of 97% of POWER7 to POWER9 servers (IBM's
+//     "Power10 LMB Sizes", 2024).
+func powerMachine() topologytest.Machine {
+	const lmb = 256 * miB
+	first := func(k int) int { return 8 * k }
+	cpus := topologytest.ThreadedCPUs(0, 4, 8, -1, first)
+	for i := 28; i < 32; i++ {
+		cpus[i].Online = false
+	}
+	return topologytest.Machine{
+		CPUs:     cpus,
+		Possible: topologytest.Ints(0, 63),
+		Nodes: []topologytest.Node{
+			{ID: 0, CPUs: topologytest.Ints(0, 15), MemKB: 8 * miB, Distances: []int{10, 40}},
+			{ID: 1, CPUs: topologytest.Ints(16, 31), MemKB: 8 * miB, Distances: []int{40, 10}},
+		},
+		BlockSize: lmb,
+		Blocks: concat(
+			topologytest.Blocks(0, 32, BlockOnline, "Normal", 0),
+			topologytest.Blocks(32, 32, BlockOnline, "Normal", 1),
+			topologytest.Blocks(64, 8, BlockOffline, "Normal Movable", 1),
+		),
+		MemKB: 16 * miB,
 	}
 }
 
