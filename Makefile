@@ -30,6 +30,8 @@
 #                   checks them, with lintian, rpmlint and systemd-analyze; make man:
 #                   the manual pages)
 #   make build-cross  static binaries for each of ARCHES in bin/linux_<arch>/
+#   make test-cross the byte-parsing packages' unit tests built for arm64, ppc64le
+#                   and s390x, run under qemu-user (Debian's qemu-user-static)
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
@@ -57,7 +59,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
+.PHONY: all build build-cross run test test-cross test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test man clean
 
 all: build
 
@@ -92,6 +94,33 @@ test-unit:
 
 test-integration:
 	cd test && $(GO) test -race -count=1 -v ./daemon/
+
+# The unit tests of the packages that parse the kernel's and the kubelet's
+# bytes (uevents, sysfs, checkpoints, cgroup files, the API's JSON) or do
+# the kubelet's arithmetic, built for each of CROSS_ARCHES (cgo off, so no
+# race detector) and run under qemu-user: go test -exec
+# qemu-<arch>-static, Debian's qemu-user-static, so that no binfmt_misc
+# registration is needed. s390x is big-endian: a byte-order bug shows
+# there. With make build's tags and -trimpath, so that the dependencies
+# compiled for build-cross serve here too. -short: the property tests run
+# a tenth of their cases, the 1024-CPU tree is left out. A real sysfs
+# write runs at most once under emulation: uevent's real cpu1 hotplug
+# (the kernel's uevents through qemu's netlink, whose addresses qemu
+# byte-swaps for a big-endian guest) on s390x only, and topology's cpu1
+# hotplug against cAdvisor not at all (it reads this machine's sysfs,
+# which no kubelet of the emulated architecture reads; make test runs it).
+CROSS_ARCHES ?= arm64 ppc64le s390x
+CROSS_PKGS   = ./uevent/ ./topology/ ./kubelet/checkpoint/ ./kubelet/internal/cpulist/ ./cgroup/ ./decide/ ./resources/ ./api/
+CROSS_SKIP   = TestCAdvisorReferenceCPUHotplug
+test-cross:
+	@for a in $(CROSS_ARCHES); do \
+		case $$a in arm64) q=aarch64;; *) q=$$a;; esac; \
+		skip='$(CROSS_SKIP)'; [ $$a = s390x ] || skip="$$skip|TestRealCPUHotplug"; \
+		command -v qemu-$$q-static >/dev/null || { echo "make test-cross: qemu-$$q-static is not installed (Debian: apt-get install qemu-user-static)" >&2; exit 1; }; \
+		echo "--- $$a (qemu-$$q-static)"; start=$$(date +%s); \
+		CGO_ENABLED=0 GOARCH=$$a $(GO) test -tags '$(TAGS)' -trimpath -count=1 -short -exec qemu-$$q-static -skip "^($$skip)\$$" $(CROSS_PKGS) || exit 1; \
+		echo "--- $$a: $$(( $$(date +%s) - start )) s"; \
+	done
 
 # staticcheck at the version tools/go.mod pins (its tool directive), run
 # in each of the three modules: go tool -modfile builds it from the tools
