@@ -29,14 +29,16 @@
 #                   v1.36, built by test/node/build-matrix: a first build of each
 #                   takes minutes) and with v1.37, the Static memory manager on,
 #                   and the restart scenarios run on it
-#   make build-cross the static binaries for each of ARCHES (amd64 arm64 ppc64le
-#                   s390x) into bin/linux_<arch>/
+#   make build-cross static binaries for each of ARCHES (amd64 arm64 ppc64le
+#                   s390x) in bin/linux_<arch>/
 #   make image      the DaemonSet's multi-architecture container image: dist/image/oci
 #                   (an OCI layout) and dist/node-resized-image-<tag>.tar (docker,
 #                   podman load, ctr images import)
-#   make package    the deb and rpm packages in dist/ (package-test checks them,
-#                   with lintian, rpmlint and systemd-analyze, and the image;
-#                   make man: the manual pages)
+#   make package    the deb and rpm packages in dist/ for each of ARCHES (package-test
+#                   checks them, with lintian, rpmlint and systemd-analyze, and the
+#                   image; make man: the manual pages)
+#   make test-cross the byte-parsing packages' unit tests built for arm64, ppc64le
+#                   and s390x, run under qemu-user (Debian's qemu-user-static)
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
@@ -64,7 +66,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build build-cross run test test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
+.PHONY: all build build-cross run test test-cross test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
 
 all: build
 
@@ -75,16 +77,17 @@ build:
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resized ./cmd/node-resized
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/node-resizectl ./cmd/node-resizectl
 
-# The same static binaries for each of ARCHES (GOARCH names), into
-# $(BIN)/linux_<arch>/: what the container image (make image) and the
-# packages of each architecture are made of. make build's $(BIN)/ for this
-# machine is left as it is.
+# The architectures the packages are built for (Go's names), each one's
+# static binaries in $(BIN)/linux_<arch>/ (the container image's build
+# reads the same layout). Cross builds need no C toolchain: CGO_ENABLED=0,
+# as make build.
 ARCHES ?= amd64 arm64 ppc64le s390x
-build-cross:
-	for arch in $(ARCHES); do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' \
-			-o $(BIN)/linux_$$arch/ ./cmd/node-resized ./cmd/node-resizectl || exit 1; \
-	done
+
+build-cross: $(addprefix build-cross-,$(ARCHES))
+
+build-cross-%:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux_$*/node-resized ./cmd/node-resized
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -tags '$(TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux_$*/node-resizectl ./cmd/node-resizectl
 
 run: build
 	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
@@ -98,6 +101,33 @@ test-unit:
 
 test-integration:
 	cd test && $(GO) test -race -count=1 -v ./daemon/
+
+# The unit tests of the packages that parse the kernel's and the kubelet's
+# bytes (uevents, sysfs, checkpoints, cgroup files, the API's JSON) or do
+# the kubelet's arithmetic, built for each of CROSS_ARCHES (cgo off, so no
+# race detector) and run under qemu-user: go test -exec
+# qemu-<arch>-static, Debian's qemu-user-static, so that no binfmt_misc
+# registration is needed. s390x is big-endian: a byte-order bug shows
+# there. With make build's tags and -trimpath, so that the dependencies
+# compiled for build-cross serve here too. -short: the property tests run
+# a tenth of their cases, the 1024-CPU tree is left out. A real sysfs
+# write runs at most once under emulation: uevent's real cpu1 hotplug
+# (the kernel's uevents through qemu's netlink, whose addresses qemu
+# byte-swaps for a big-endian guest) on s390x only, and topology's cpu1
+# hotplug against cAdvisor not at all (it reads this machine's sysfs,
+# which no kubelet of the emulated architecture reads; make test runs it).
+CROSS_ARCHES ?= arm64 ppc64le s390x
+CROSS_PKGS   = ./uevent/ ./topology/ ./kubelet/checkpoint/ ./kubelet/internal/cpulist/ ./cgroup/ ./decide/ ./resources/ ./api/
+CROSS_SKIP   = TestCAdvisorReferenceCPUHotplug
+test-cross:
+	@for a in $(CROSS_ARCHES); do \
+		case $$a in arm64) q=aarch64;; *) q=$$a;; esac; \
+		skip='$(CROSS_SKIP)'; [ $$a = s390x ] || skip="$$skip|TestRealCPUHotplug"; \
+		command -v qemu-$$q-static >/dev/null || { echo "make test-cross: qemu-$$q-static is not installed (Debian: apt-get install qemu-user-static)" >&2; exit 1; }; \
+		echo "--- $$a (qemu-$$q-static)"; start=$$(date +%s); \
+		CGO_ENABLED=0 GOARCH=$$a $(GO) test -tags '$(TAGS)' -trimpath -count=1 -short -exec qemu-$$q-static -skip "^($$skip)\$$" $(CROSS_PKGS) || exit 1; \
+		echo "--- $$a: $$(( $$(date +%s) - start )) s"; \
+	done
 
 # staticcheck at the version tools/go.mod pins (its tool directive), run
 # in each of the three modules: go tool -modfile builds it from the tools
@@ -271,17 +301,23 @@ install: build
 	grep -q '^ExecStartPre=-$(PREFIX)/bin/node-resized kubelet-prestart ' $(DESTDIR)/etc/systemd/system/kubelet.service.d/90-node-resized.conf
 	test -e $(DESTDIR)/etc/default/node-resized || install -D -m 0644 packaging/default/node-resized $(DESTDIR)/etc/default/node-resized
 
-# The deb and rpm packages, in dist/ with nfpm's names
-# (node-resized_<version>_amd64.deb, node-resized-<version>-1.x86_64.rpm),
-# built with nfpm's Go API by the separate tools/ module. <version> is
+# The deb and rpm packages of each of ARCHES, in dist/ with nfpm's names
+# (node-resized_<version>_<arch>.deb, node-resized-<version>-1.<arch>.rpm;
+# the deb's arch is amd64, arm64, ppc64el or s390x, the rpm's x86_64,
+# aarch64, ppc64le or s390x), built with nfpm's Go API by the separate
+# tools/ module from build-cross's binaries; their manual pages come from
+# the --help of make build's, which run here. <version> is
 # VERSION made acceptable to dpkg and rpm: v1.2.3 -> 1.2.3,
 # v1.2.3-4-gabc1234 -> 1.2.3+git4.abc1234, abc1234-dirty (no tag) ->
 # 0.0.0~gitabc1234.dirty (packaging/README.md).
 # The packages' dates (files, changelog, manual pages) are the last
 # commit's, so that one commit packages the same.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
-package: build
-	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -bin $(BIN) -out dist -version $(VERSION)
+comma := ,
+empty :=
+space := $(empty) $(empty)
+package: build build-cross
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) -C tools run ./cmd/nfpm-pack -root $(CURDIR) -arch $(subst $(space),$(comma),$(strip $(ARCHES))) -bin '$(BIN)/linux_{arch}' -help-bin $(BIN) -out dist -version $(VERSION)
 
 # The DaemonSet's container image: a multi-architecture OCI image index of
 # ARCHES (linux), built from make build-cross's binaries by
@@ -305,18 +341,24 @@ image: build-cross
 # The manual pages, made from the binaries' --help as the packages' are,
 # into $(BIN)/man (read them with man -l).
 man: build
-	$(GO) -C tools run ./cmd/nfpm-pack -bin $(abspath $(BIN)) -man $(abspath $(BIN))/man -version $(VERSION)
+	$(GO) -C tools run ./cmd/nfpm-pack -help-bin $(abspath $(BIN)) -man $(abspath $(BIN))/man -version $(VERSION)
 
 # The packages' contents, control data and scripts, an install, upgrade and
 # purge with dpkg --root and rpm --root in temporary roots (as root), and
 # make install into a DESTDIR; the manual pages; lintian and rpmlint (no
-# error, no warning: overrides and filters say why); systemd-analyze verify
-# and security on the unit and the kubelet's drop-in. Needs dpkg-dev, rpm,
-# lintian, rpmlint, man-db and systemd. And the container image
-# (tools/cmd/image-pack): make image's, its platforms, binaries and labels;
-# two builds of the same input the same digest; its agreement with the
-# Containerfile; a push to a registry in the test's process.
-package-test: build image
+# error, no warning: overrides and filters say why) on every architecture's
+# packages; the arm64, ppc64el and s390x debs installed with dpkg --root and
+# their rpms unpacked, their binaries checked to be that architecture's and
+# run under qemu-user; systemd-analyze verify and security on the unit and
+# the kubelet's drop-in. Needs dpkg-dev, rpm, lintian, rpmlint, man-db,
+# systemd and qemu-user-static. It packages all four architectures,
+# whatever ARCHES says. And the container image (tools/cmd/image-pack):
+# make image's, its platforms, binaries and labels; two builds of the same
+# input the same digest; its agreement with the Containerfile; a push to a
+# registry in the test's process.
+package-test: build
+	$(MAKE) --no-print-directory build-cross ARCHES='amd64 arm64 ppc64le s390x'
+	$(MAKE) --no-print-directory image ARCHES='amd64 arm64 ppc64le s390x'
 	cd tools && $(GO) vet ./...
 	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) NODE_RESIZED_IMAGE=$(abspath $(DIST))/image/oci $(GO) test -count=1 -v ./...
 

@@ -90,6 +90,15 @@ func (s rootSysFs) GetCPUPhysicalPackageID(cpuPath string) (string, error) {
 	return s.readTrimmed(cpuPath + "/topology/physical_package_id")
 }
 
+// GetBookID and GetDrawerID are what cAdvisor reads on s390x only.
+func (s rootSysFs) GetBookID(cpuPath string) (string, error) {
+	return s.readTrimmed(cpuPath + "/topology/book_id")
+}
+
+func (s rootSysFs) GetDrawerID(cpuPath string) (string, error) {
+	return s.readTrimmed(cpuPath + "/topology/drawer_id")
+}
+
 func (s rootSysFs) GetMemInfo(nodePath string) (string, error) {
 	return s.readTrimmed(nodePath + "/meminfo")
 }
@@ -237,7 +246,7 @@ type machineView struct {
 type nodeView struct {
 	ID        int
 	Threads   int
-	Cores     []string // "socketS/coreC:[threads]", sorted
+	Cores     []string // "drawerD/bookB/socketS/coreC:[threads]", sorted; D and B only on s390x
 	Memory    uint64
 	Hugepages map[string]uint64
 	Distances []uint64
@@ -269,7 +278,7 @@ func cadvisorView(nodes []info.Node, numCores int, pools []info.HugePagesInfo, w
 		for _, c := range n.Cores {
 			threads := slices.Sorted(slices.Values(c.Threads))
 			nv.Threads += len(threads)
-			nv.Cores = append(nv.Cores, fmt.Sprintf("socket%d/core%d:%v", c.SocketID, c.Id, threads))
+			nv.Cores = append(nv.Cores, fmt.Sprintf("drawer%s/book%s/socket%d/core%d:%v", c.DrawerID, c.BookID, c.SocketID, c.Id, threads))
 		}
 		slices.Sort(nv.Cores)
 		v.Nodes = append(v.Nodes, nv)
@@ -278,8 +287,11 @@ func cadvisorView(nodes []info.Node, numCores int, pools []info.HugePagesInfo, w
 	return v
 }
 
-// ourView turns a snapshot and its capacity into a machineView.
+// ourView turns a snapshot and its capacity into a machineView. A core is
+// the CPUs with the same ids, books and drawers too where the FS reads
+// them (s390x), as cAdvisor has them.
 func ourView(s *Snapshot) machineView {
+	books := runtime.GOARCH == "s390x"
 	c := capacityOf(s)
 	v := machineView{NumCores: int(c.CPU), Memory: c.Memory, Swap: s.SwapTotal, SwapKnown: true, Hugepages: c.Hugepages}
 	for i, n := range s.Nodes {
@@ -291,13 +303,20 @@ func ourView(s *Snapshot) machineView {
 		for _, d := range n.Distances {
 			nv.Distances = append(nv.Distances, uint64(d))
 		}
-		cores := map[[2]int][]int{}
+		type core struct {
+			drawer, book string
+			socket, id   int
+		}
+		cores := map[core][]int{}
 		for _, cpu := range n.CPUs {
-			k := [2]int{cpu.SocketID, cpu.CoreID}
+			k := core{socket: cpu.SocketID, id: cpu.CoreID}
+			if books {
+				k.drawer, k.book = strconv.Itoa(cpu.DrawerID), strconv.Itoa(cpu.BookID)
+			}
 			cores[k] = append(cores[k], cpu.ID)
 		}
 		for k, threads := range cores {
-			nv.Cores = append(nv.Cores, fmt.Sprintf("socket%d/core%d:%v", k[0], k[1], threads))
+			nv.Cores = append(nv.Cores, fmt.Sprintf("drawer%s/book%s/socket%d/core%d:%v", k.drawer, k.book, k.socket, k.id, threads))
 		}
 		slices.Sort(nv.Cores)
 		v.Nodes = append(v.Nodes, nv)

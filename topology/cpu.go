@@ -24,11 +24,34 @@ type CPUs struct {
 }
 
 // CPU is one online logical CPU of a NUMA node, with the ids the kernel
-// gives in cpuN/topology.
+// gives in cpuN/topology. A core is the CPUs that share all of its ids
+// but ID, as cAdvisor groups them for the kubelet: on POWER eight of them
+// (SMT8), whose core_id is the hardware id of the core's first thread.
 type CPU struct {
 	ID       int `json:"id"`
 	CoreID   int `json:"coreId"`   // topology/core_id
-	SocketID int `json:"socketId"` // topology/physical_package_id
+	SocketID int `json:"socketId"` // topology/physical_package_id; -1 where the platform names no package (a POWER LPAR without ibm,chip-id)
+	// BookID and DrawerID are topology/book_id and drawer_id, the two
+	// levels above the socket that only s390 has. They are read only on
+	// s390x, as cAdvisor reads them only there (0 elsewhere).
+	BookID   int `json:"bookId,omitempty"`
+	DrawerID int `json:"drawerId,omitempty"`
+}
+
+// cpuIDs lists the topology ids of c that readCPU and readNodeCPU read,
+// each with its attribute: core_id and physical_package_id, and with
+// books (the FS's on s390x) book_id and drawer_id.
+func cpuIDs(c *CPU, books bool) []cpuID {
+	ids := []cpuID{{attrCore, &c.CoreID}, {attrPackage, &c.SocketID}, {attrBook, &c.BookID}, {attrDrawer, &c.DrawerID}}
+	if !books {
+		return ids[:2]
+	}
+	return ids
+}
+
+type cpuID struct {
+	attr uint8
+	dst  *int
 }
 
 // readCPULists reads cpu/online, offline, present and possible; Devices
@@ -68,19 +91,14 @@ func (fs FS) readCPULists(r *reader) (CPUs, error) {
 
 // readNodeCPU reads the topology ids of CPU cpu through the node
 // directory (nodes is devices/system/node), the path cAdvisor reads. ok is
-// false when either file is missing: an offline CPU has no topology
-// directory, and cAdvisor skips such a CPU; and when the node does not
-// link the CPU.
-func readNodeCPU(r *reader, nodes dir, node, cpu int) (c CPU, ok bool, err error) {
+// false when one of the files is missing: an offline CPU has no topology
+// directory, and cAdvisor skips such a CPU (and, built for s390x, one
+// without book_id or drawer_id); and when the node does not link the CPU.
+func readNodeCPU(r *reader, nodes dir, node, cpu int, books bool) (c CPU, ok bool, err error) {
 	c.ID = cpu
-	for _, f := range [...]struct {
-		name string
-		dst  *int
-	}{
-		{"/topology/core_id", &c.CoreID},
-		{"/topology/physical_package_id", &c.SocketID},
-	} {
-		p := r.at2("node", node, "/cpu", cpu, f.name)
+	var ids [4]cpuID
+	for _, f := range append(ids[:0], cpuIDs(&c, books)...) {
+		p := r.at2("node", node, "/cpu", cpu, attrPaths[f.attr][1])
 		b, found, err := r.readOptional(nodes, p)
 		if err != nil || !found {
 			return CPU{}, false, err
@@ -98,15 +116,10 @@ func readNodeCPU(r *reader, nodes dir, node, cpu int) (c CPU, ok bool, err error
 // is devices/system/cpu), where a node's cpuN link points: the same files
 // as readNodeCPU's, a shorter walk for the kernel, and open between
 // rebuilds. The caller knows that a node links the CPU.
-func readCPU(r *reader, cpus dir, cpu int) (c CPU, ok bool, err error) {
+func readCPU(r *reader, cpus dir, cpu int, books bool) (c CPU, ok bool, err error) {
 	c.ID = cpu
-	for _, f := range [...]struct {
-		attr uint8
-		dst  *int
-	}{
-		{attrCore, &c.CoreID},
-		{attrPackage, &c.SocketID},
-	} {
+	var ids [4]cpuID
+	for _, f := range append(ids[:0], cpuIDs(&c, books)...) {
 		b, found, err := r.readAttr(cpus, cpu, f.attr)
 		if err != nil || !found {
 			return CPU{}, false, err

@@ -79,7 +79,7 @@ func TestDiff(t *testing.T) {
 			edit: func(s *Snapshot) {
 				s.CPUs.Present = append(s.CPUs.Present, 8, 9)
 				s.CPUs.Online = append(s.CPUs.Online, 8, 9)
-				s.Nodes[1].CPUs = append(s.Nodes[1].CPUs, CPU{8, 2, 1}, CPU{9, 2, 1})
+				s.Nodes[1].CPUs = append(s.Nodes[1].CPUs, CPU{ID: 8, CoreID: 2, SocketID: 1}, CPU{ID: 9, CoreID: 2, SocketID: 1})
 			},
 			want: Changes{
 				{ChangeCPUAdded, "cpus 8-9 added"},

@@ -7,6 +7,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 )
 
 // FS reads the machine model from a sysfs and a procfs mount point, and
@@ -32,6 +33,13 @@ type FS struct {
 	cpuDir, nodeDir, memDir, hugeDir string
 	meminfo, meminfoZ                string
 	pidMaxPath, threadsMaxPath       string
+
+	// books reads each CPU's book_id and drawer_id, and counts no CPU
+	// that lacks them: what cAdvisor does for the kubelet when it is
+	// built for s390x, the one architecture whose kernel has these levels
+	// (drivers/base/topology.c writes them where the architecture defines
+	// topology_book_id and topology_drawer_id). NewFS sets it on s390x.
+	books bool
 
 	// cache keeps the files a rebuild reads open between rebuilds;
 	// shared by the copies of the FS (see attrCache).
@@ -59,6 +67,8 @@ func NewFS(sysRoot, procRoot string) (FS, error) {
 
 		pidMaxPath:     filepath.Join(procRoot, "sys/kernel/pid_max"),
 		threadsMaxPath: filepath.Join(procRoot, "sys/kernel/threads-max"),
+
+		books: runtime.GOARCH == "s390x",
 	}
 	f.meminfoZ = f.meminfo + "\x00"
 

@@ -69,7 +69,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 	if online.Len() >= parallelism.minCPUs {
 		r.parallel(len(ids), 1, func(w *reader, lo, hi int) {
 			for i := lo; i < hi; i++ {
-				n, links, _, err := readNode(w, d, cpuDir, ids[i], online, nil)
+				n, links, _, err := readNode(w, d, cpuDir, ids[i], online, fs.books, nil)
 				reads[i] = nodeRead{n, links, err == nil}
 			}
 		})
@@ -85,7 +85,7 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 		nr := reads[i]
 		if !nr.done {
 			var gone bool
-			nr.node, nr.links, gone, err = readNode(r, d, cpuDir, id, online, &scratch)
+			nr.node, nr.links, gone, err = readNode(r, d, cpuDir, id, online, fs.books, &scratch)
 			if gone {
 				continue // the node went away under us
 			}
@@ -108,11 +108,11 @@ func (fs FS) readNodes(r *reader, online CPUSet) ([]Node, []blockLink, error) {
 // CPUs from cpuDir (devices/system/cpu), its memory and its distances. It
 // returns the node, with its CPUs sorted by id (nil when none is online),
 // and the links in the order of the scan; gone says that the node
-// directory went away. scratch, when not nil, holds the CPU ids between
-// calls.
-func readNode(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) (n Node, links []blockLink, gone bool, err error) {
+// directory went away. books reads book_id and drawer_id too (see
+// cpuIDs). scratch, when not nil, holds the CPU ids between calls.
+func readNode(r *reader, nodes, cpuDir dir, id int, online CPUSet, books bool, scratch *[]int) (n Node, links []blockLink, gone bool, err error) {
 	n.ID = id
-	if n.CPUs, links, err = readNodeDir(r, nodes, cpuDir, id, online, scratch); err != nil {
+	if n.CPUs, links, err = readNodeDir(r, nodes, cpuDir, id, online, books, scratch); err != nil {
 		return Node{}, nil, isNotExist(err), err
 	}
 	if err := readNodeMemory(r, nodes, &n); err != nil {
@@ -131,7 +131,7 @@ func readNode(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]in
 
 // readNodeDir scans nodeN for its CPU and memory block links, and reads the
 // topology ids of its online CPUs, for readNode.
-func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[]int) ([]CPU, []blockLink, error) {
+func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, books bool, scratch *[]int) ([]CPU, []blockLink, error) {
 	var ids []int
 	if scratch != nil {
 		ids = (*scratch)[:0]
@@ -165,7 +165,7 @@ func readNodeDir(r *reader, nodes, cpuDir dir, id int, online CPUSet, scratch *[
 		if !online.Contains(c) {
 			continue
 		}
-		cpu, ok, err := readCPU(r, cpuDir, c)
+		cpu, ok, err := readCPU(r, cpuDir, c, books)
 		if err != nil {
 			return nil, nil, err
 		}

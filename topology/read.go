@@ -37,6 +37,8 @@ const (
 	attrZones          // memoryN/valid_zones
 	attrCore           // cpuN/topology/core_id
 	attrPackage        // cpuN/topology/physical_package_id
+	attrBook           // cpuN/topology/book_id (s390x)
+	attrDrawer         // cpuN/topology/drawer_id (s390x)
 )
 
 var attrPaths = [...][2]string{
@@ -44,6 +46,8 @@ var attrPaths = [...][2]string{
 	attrZones:   {"memory", "/valid_zones"},
 	attrCore:    {"cpu", "/topology/core_id"},
 	attrPackage: {"cpu", "/topology/physical_package_id"},
+	attrBook:    {"cpu", "/topology/book_id"},
+	attrDrawer:  {"cpu", "/topology/drawer_id"},
 }
 
 var readerPool = sync.Pool{

@@ -196,7 +196,7 @@ func (fs FS) update(prev *Snapshot, devs []Device, cpusOnly bool) (*Snapshot, st
 	} else if prev.Nodes != nil {
 		return nil, "the node directories went away", nil
 	}
-	u := nodeUpdate{prev: prev.Nodes, nodes: prev.Nodes}
+	u := nodeUpdate{prev: prev.Nodes, nodes: prev.Nodes, books: fs.books}
 	for _, c := range cpus {
 		if err := u.cpu(r, nodes, c, s.CPUs.Online.Contains(c)); err != nil {
 			return nil, "", err
@@ -354,6 +354,7 @@ func sameNodes(r *reader, nodes dir, prev []Node) (string, error) {
 // change; the rest stays shared with the previous snapshot.
 type nodeUpdate struct {
 	prev, nodes []Node
+	books       bool // read book_id and drawer_id (see cpuIDs)
 	copied      bool
 	dirty       []bool // by index: the node was copied (its memory is re-read)
 }
@@ -389,7 +390,7 @@ func (u *nodeUpdate) cpu(r *reader, nodes dir, c int, online bool) error {
 		in := false
 		if online {
 			var err error
-			if cpu, in, err = readNodeCPU(r, nodes, id, c); err != nil {
+			if cpu, in, err = readNodeCPU(r, nodes, id, c, u.books); err != nil {
 				return err
 			}
 		}

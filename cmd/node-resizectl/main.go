@@ -434,10 +434,12 @@ func topo(ctx context.Context, c *api.Client, g *globals, w io.Writer) error {
 	}
 	for _, n := range s.Nodes {
 		var ids topology.CPUSet
-		cores, sockets := map[[2]int]bool{}, map[int]bool{}
+		// A core is the CPUs that share every id but their own, books
+		// and drawers too (s390x), as cAdvisor counts them.
+		cores, sockets := map[[4]int]bool{}, map[int]bool{}
 		for _, cpu := range n.CPUs {
 			ids = append(ids, cpu.ID)
-			cores[[2]int{cpu.SocketID, cpu.CoreID}] = true
+			cores[[4]int{cpu.DrawerID, cpu.BookID, cpu.SocketID, cpu.CoreID}] = true
 			sockets[cpu.SocketID] = true
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, set(ids), len(cores), keys(sockets),

@@ -2,6 +2,7 @@ package topologytest
 
 import (
 	"os"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -53,9 +54,21 @@ type Machine struct {
 	Caches        bool         // write cpuN/cache/indexK as on x86
 	Lean          bool         // only the files cAdvisor or topology read
 	Extra         func(string) // optional: edit the sys tree after writing
+
+	// Arch is the architecture whose kernel the tree imitates, in Go's
+	// names; "": the one the test runs on, so that the code under test
+	// reads what its architecture's kernel writes. An s390x tree has
+	// each online CPU's book and drawer ids and siblings (CPU.Book,
+	// CPU.Drawer) and the CPU files of s390's topology support.
+	Arch string
+	// NoBooks leaves book_id and drawer_id (and their siblings) out of
+	// an s390x tree, as an s390 kernel built without
+	// CONFIG_SCHED_TOPOLOGY does.
+	NoBooks bool
 }
 
-// CPU is one logical CPU, present in the machine.
+// CPU is one logical CPU, present in the machine. Its threads are the
+// CPUs with the same Core, Socket, Book and Drawer.
 type CPU struct {
 	ID, Core, Socket int
 	Online           bool
@@ -63,6 +76,9 @@ type CPU struct {
 	// NoOnlineFile leaves out cpuN/online, as the kernel does for a CPU
 	// it cannot take offline. cpu0 never has one (x86's boot CPU).
 	NoOnlineFile bool
+	// Book and Drawer are s390's levels above the socket, written only
+	// in an s390x tree.
+	Book, Drawer int
 }
 
 // DIMM is an ACPI memory device (QEMU's pc-dimm, HID PNP0C80) bound to
@@ -111,6 +127,14 @@ type Block struct {
 // Pool is a hugepage pool: Nr pages of KB kibibytes.
 type Pool struct{ KB, Nr uint64 }
 
+// s390 reports a tree of an s390x kernel.
+func (m *Machine) s390() bool {
+	return m.Arch == "s390x" || (m.Arch == "" && runtime.GOARCH == "s390x")
+}
+
+// books reports a tree with book_id and drawer_id.
+func (m *Machine) books() bool { return m.s390() && !m.NoBooks }
+
 // Dir returns a fresh directory for a tree, removed when the test ends. It
 // prefers a tmpfs (/dev/shm), which is in memory like sysfs and an order of
 // magnitude faster to fill and remove than a disk.
@@ -132,6 +156,18 @@ func SMTCPUs(first, n, socket, core0 int, offline ...int) []CPU {
 	for i := range cpus {
 		id := first + i
 		cpus[i] = CPU{ID: id, Core: core0 + i/2, Socket: socket, Online: !slices.Contains(offline, id)}
+	}
+	return cpus
+}
+
+// ThreadedCPUs returns online CPUs first..first+cores*threads-1, threads
+// to a core, on socket; the k-th core (from 0) has core id coreID(k). The
+// kernel gives a POWER core the hardware id of its first thread, first +
+// 8k with SMT8; s390 its machine-wide core address.
+func ThreadedCPUs(first, cores, threads, socket int, coreID func(k int) int) []CPU {
+	cpus := make([]CPU, cores*threads)
+	for i := range cpus {
+		cpus[i] = CPU{ID: first + i, Core: coreID(i / threads), Socket: socket, Online: true}
 	}
 	return cpus
 }

@@ -63,7 +63,7 @@ func (t *Tree) NodeMemTotalKB(node int) uint64 {
 // cpuN/online does: cpuN/online, cpu/online and cpu/offline change; the
 // CPU's topology (and cache) directory goes away while it is offline and
 // comes back when it is online; the sibling lists and shared cache maps of
-// the other CPUs of its socket follow. The node's cpulist and its cpuN
+// the other CPUs of its socket (and, on s390x, its book and drawer) follow. The node's cpulist and its cpuN
 // link stay: they name the present CPUs. Setting the state the CPU is
 // already in does nothing. cpu0, and a CPU marked NoOnlineFile, have no online file.
 func (t *Tree) SetCPUOnline(id int, online bool) {
@@ -95,7 +95,7 @@ func (t *Tree) SetCPUOnline(id int, online bool) {
 	w.file(dir+"/online", onlineFlag(online))
 	t.m.writeCPULists(w, cpuDir)
 	for _, o := range t.m.CPUs {
-		if o.ID != id && o.Socket == c.Socket {
+		if o.ID != id && (o.Socket == c.Socket || t.m.s390() && o.Drawer == c.Drawer) {
 			t.m.writeCPUTopology(w, fmt.Sprintf("%s/cpu%d", cpuDir, o.ID), o)
 		}
 	}

@@ -138,7 +138,14 @@ func sameTree(t *testing.T, what, a, b string) {
 func TestTreeChangesMatchWrite(t *testing.T) {
 	lean := small()
 	lean.Lean = true
-	for name, m := range map[string]Machine{"full": small(), "lean": lean} {
+	// As an s390x kernel writes it: each socket in a book of its own,
+	// in one drawer.
+	s390 := small()
+	s390.Arch = "s390x"
+	for i := range s390.CPUs {
+		s390.CPUs[i].Book, s390.CPUs[i].Drawer = s390.CPUs[i].Socket+1, 1
+	}
+	for name, m := range map[string]Machine{"full": small(), "lean": lean, "s390x": s390} {
 		t.Run(name, func(t *testing.T) {
 			root := Dir(t)
 			tree := m.WriteTree(t, root)

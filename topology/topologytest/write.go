@@ -105,6 +105,11 @@ func (m Machine) Write(tb testing.TB, root string) (sys, proc string) {
 	w.file(cpuDir+"/modalias", "cpu:type:x86,ven0000fam0006mod0055:feature:,0000\n")
 	w.file(cpuDir+"/uevent", "")
 	w.file(cpuDir+"/smt/active", "1\n")
+	if m.s390() {
+		// arch/s390/kernel/topology.c: the dispatching mode,
+		// horizontal (0) or vertical (1).
+		w.extra(cpuDir+"/dispatching", "0\n")
+	}
 	w.mkdir(cpuDir + "/cpufreq")
 	w.mkdir(cpuDir + "/cpuidle")
 	w.mkdir(cpuDir + "/vulnerabilities")
@@ -207,12 +212,24 @@ func (m *Machine) writeCPULists(w *writer, cpuDir string) {
 	w.file(cpuDir+"/possible", formatList(possible)+"\n")
 }
 
-// siblings returns the online CPUs on c's socket, and of those the ones
-// on c's core unless sameSocketOnly.
-func (m *Machine) siblings(c CPU, sameSocketOnly bool) []int {
+// Levels of the CPU topology, for siblings.
+const (
+	levelDrawer = iota
+	levelBook
+	levelSocket
+	levelCore
+)
+
+// siblings returns the online CPUs that share c's ids down to level: its
+// drawer's, its book's, its socket's or its core's. Outside an s390x tree
+// every CPU is in one book and drawer.
+func (m *Machine) siblings(c CPU, level int) []int {
 	var s []int
 	for _, o := range m.CPUs {
-		if !o.Online || o.Socket != c.Socket || (!sameSocketOnly && o.Core != c.Core) {
+		if !o.Online || (m.s390() && o.Drawer != c.Drawer) ||
+			(level >= levelBook && m.s390() && o.Book != c.Book) ||
+			(level >= levelSocket && o.Socket != c.Socket) ||
+			(level >= levelCore && o.Core != c.Core) {
 			continue
 		}
 		s = append(s, o.ID)
@@ -229,7 +246,8 @@ func (m *Machine) writeCPUTopology(w *writer, dir string, c CPU) {
 	if !c.Online || c.NoTopology {
 		return
 	}
-	threads, pkg := m.siblings(c, false), m.siblings(c, true)
+	threads, pkg := m.siblings(c, levelCore), m.siblings(c, levelSocket)
+	words := m.maskWords()
 	w.file(dir+"/topology/core_id", fmt.Sprintf("%d\n", c.Core))
 	w.file(dir+"/topology/physical_package_id", fmt.Sprintf("%d\n", c.Socket))
 	w.extra(dir+"/topology/die_id", "0\n")
@@ -237,10 +255,23 @@ func (m *Machine) writeCPUTopology(w *writer, dir string, c CPU) {
 	w.extra(dir+"/topology/core_cpus_list", formatList(threads)+"\n")
 	w.extra(dir+"/topology/core_siblings_list", formatList(pkg)+"\n")
 	w.extra(dir+"/topology/package_cpus_list", formatList(pkg)+"\n")
+	if m.books() {
+		// drivers/base/topology.c: book_id, book_siblings(_list),
+		// drawer_id, drawer_siblings(_list), written where the
+		// architecture defines topology_book_id and
+		// topology_drawer_id (s390, arch/s390/include/asm/topology.h).
+		// book_id and drawer_id are what cAdvisor reads on s390x.
+		w.file(dir+"/topology/book_id", fmt.Sprintf("%d\n", c.Book))
+		w.file(dir+"/topology/drawer_id", fmt.Sprintf("%d\n", c.Drawer))
+		book, drawer := m.siblings(c, levelBook), m.siblings(c, levelDrawer)
+		w.extra(dir+"/topology/book_siblings", cpuMask(book, words)+"\n")
+		w.extra(dir+"/topology/book_siblings_list", formatList(book)+"\n")
+		w.extra(dir+"/topology/drawer_siblings", cpuMask(drawer, words)+"\n")
+		w.extra(dir+"/topology/drawer_siblings_list", formatList(drawer)+"\n")
+	}
 	if !m.Caches {
 		return
 	}
-	words := m.maskWords()
 	for i, cache := range []struct {
 		level     int
 		typ, size string
@@ -418,6 +449,12 @@ func (m *Machine) writeCPU(w *writer, dir string, c CPU) {
 	w.mkdir(dir)
 	w.extraDir(dir + "/power")
 	w.extra(dir+"/uevent", "DRIVER=processor\n")
+	if m.s390() {
+		// arch/s390/kernel/topology.c: each CPU's polarization and
+		// whether it is dedicated, whether online or not.
+		w.extra(dir+"/polarization", "horizontal\n")
+		w.extra(dir+"/dedicated", "0\n")
+	}
 	if c.ID != 0 && !c.NoOnlineFile {
 		w.file(dir+"/online", onlineFlag(c.Online))
 	}

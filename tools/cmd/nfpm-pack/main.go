@@ -4,19 +4,25 @@
 //
 // Usage:
 //
-//	nfpm-pack -version VERSION [-root DIR] [-config FILE] [-changelog FILE] [-bin DIR] [-out DIR] [-formats deb,rpm]
-//	nfpm-pack -version VERSION -man DIR [-bin DIR]
+//	nfpm-pack -version VERSION [-root DIR] [-config FILE] [-changelog FILE] [-arch LIST] [-bin DIR] [-help-bin DIR] [-out DIR] [-formats deb,rpm]
+//	nfpm-pack -version VERSION -man DIR [-bin DIR | -help-bin DIR]
 //
 // VERSION is the version stamped into the binaries (git describe); the
 // packages get the form of it that dpkg and rpm accept (see packageVersion).
+// It writes one package per format and architecture (-arch, Go's names;
+// nfpm names each as deb and rpm do: ppc64le is ppc64el in a deb, arm64
+// aarch64 in an rpm), each holding the binaries of -bin with {arch}
+// replaced by its architecture (make build-cross writes bin/linux_{arch}),
+// after checking that they are ELF files of that architecture (arch.go).
 // It prints the path of each package written.
 //
 // Before packaging it makes, in a temporary directory that the
 // configuration names ${GEN}, what is made from other files: the manual
-// pages node-resized.8.gz and node-resizectl.1.gz from the binaries' --help
-// (manpage.go), and the deb's changelog.gz and the rpm's changelog from
-// -changelog (changelog.go). With -man it only writes the two manual
-// pages, uncompressed, into DIR.
+// pages node-resized.8.gz and node-resizectl.1.gz from the --help of the
+// binaries in -help-bin, which must run on this machine (manpage.go; the
+// same pages go into every architecture's packages), and the deb's
+// changelog.gz and the rpm's changelog from -changelog (changelog.go).
+// With -man it only writes the two manual pages, uncompressed, into DIR.
 package main
 
 import (
@@ -26,6 +32,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -35,9 +42,14 @@ import (
 )
 
 type options struct {
-	root    string   // the directory every other path is relative to
-	config  string   // the nfpm configuration
-	bin     string   // the directory holding the built binaries: ${BIN}
+	root   string // the directory every other path is relative to
+	config string // the nfpm configuration
+	// bin holds the built binaries: ${BIN}, with {arch} in it replaced by
+	// each of arches (Go's names, which are nfpm's: ${ARCH}).
+	bin    string
+	arches []string
+	// helpBin holds binaries that run here, for the manual pages.
+	helpBin string
 	out     string   // where the packages go
 	version string   // as stamped into the binaries, e.g. v1.2.3-4-gabc1234
 	formats []string // nfpm packager names
@@ -58,12 +70,14 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	var o options
-	var formats string
+	var formats, arches string
 	fs := flag.NewFlagSet("nfpm-pack", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.root, "root", ".", "the repository root; the other paths and those in the configuration are relative to it")
 	fs.StringVar(&o.config, "config", "packaging/nfpm.yaml", "the nfpm configuration")
-	fs.StringVar(&o.bin, "bin", "bin", "the directory of the built binaries (${BIN} in the configuration)")
+	fs.StringVar(&o.bin, "bin", "bin", "the directory of the built binaries (${BIN} in the configuration); {arch} in it stands for each architecture, as in bin/linux_{arch}")
+	fs.StringVar(&arches, "arch", runtime.GOARCH, "comma-separated architectures to package, in Go's names: "+strings.Join(supportedArches(), ", "))
+	fs.StringVar(&o.helpBin, "help-bin", "", "the directory of binaries that run on this machine, whose --help makes the manual pages (default: -bin for "+runtime.GOARCH+")")
 	fs.StringVar(&o.out, "out", "dist", "where to write the packages")
 	fs.StringVar(&o.version, "version", "", "the version stamped into the binaries (git describe --tags --always --dirty, or dev)")
 	fs.StringVar(&formats, "formats", "deb,rpm", "comma-separated packagers")
@@ -79,6 +93,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return errors.New("-version is required")
 	}
 	o.formats = strings.Split(formats, ",")
+	o.arches = strings.Split(arches, ",")
+	if o.helpBin == "" {
+		o.helpBin = archBin(o.bin, runtime.GOARCH)
+	}
 	// nfpm reads the sources named in the configuration relative to the
 	// working directory.
 	if err := os.Chdir(o.root); err != nil {
@@ -87,6 +105,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.man != "" {
 		return writeManPages(o)
 	}
+	for _, a := range o.arches {
+		if _, ok := elfArches[a]; !ok {
+			return fmt.Errorf("-arch: unknown architecture %q (known: %s)", a, strings.Join(supportedArches(), ", "))
+		}
+	}
+	if len(o.arches) > 1 && !strings.Contains(o.bin, "{arch}") {
+		return fmt.Errorf("-bin %s: packaging %d architectures needs {arch} in it, as in bin/linux_{arch}", o.bin, len(o.arches))
+	}
 	paths, err := pack(o)
 	for _, p := range paths {
 		fmt.Fprintln(stdout, p)
@@ -94,12 +120,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// pack writes one package per format into o.out and returns their paths.
-// Paths are relative to the working directory.
+// archBin is the directory of arch's binaries.
+func archBin(bin, arch string) string { return strings.ReplaceAll(bin, "{arch}", arch) }
+
+// pack writes one package per format and architecture into o.out and
+// returns their paths, each architecture's deb and rpm in turn. Paths are
+// relative to the working directory.
 func pack(o options) ([]string, error) {
 	version, err := packageVersion(o.version)
 	if err != nil {
 		return nil, err
+	}
+	for _, arch := range o.arches {
+		if err := checkBinaries(archBin(o.bin, arch), arch); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return nil, fmt.Errorf("create the output directory: %w", err)
@@ -109,33 +144,41 @@ func pack(o options) ([]string, error) {
 		return nil, fmt.Errorf("create a directory for the generated files: %w", err)
 	}
 	defer os.RemoveAll(gen)
-	env := func(name string) string {
-		switch name {
-		case "VERSION":
-			return version
-		case "BIN":
-			return o.bin
-		case "GEN":
-			return gen
+	envFor := func(arch string) func(string) string {
+		return func(name string) string {
+			switch name {
+			case "VERSION":
+				return version
+			case "ARCH":
+				return arch
+			case "BIN":
+				return archBin(o.bin, arch)
+			case "GEN":
+				return gen
+			}
+			return os.Getenv(name)
 		}
-		return os.Getenv(name)
 	}
-	if err := generate(o, version, gen, env); err != nil {
+	if err := generate(o, version, gen, envFor(o.arches[0])); err != nil {
 		return nil, err
 	}
-	// One goroutine per format: compression takes most of the time.
-	paths := make([]string, len(o.formats))
-	errs := make([]error, len(o.formats))
+	// One goroutine per package: compression takes most of the time.
+	n := len(o.arches) * len(o.formats)
+	paths := make([]string, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, format := range o.formats {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			paths[i], errs[i] = packOne(o.config, format, o.out, gen, env)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("%s package: %w", format, errs[i])
-			}
-		}()
+	for a, arch := range o.arches {
+		for f, format := range o.formats {
+			i := a*len(o.formats) + f
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				paths[i], errs[i] = packOne(o.config, format, o.out, gen, envFor(arch))
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("%s %s package: %w", arch, format, errs[i])
+				}
+			}()
+		}
 	}
 	wg.Wait()
 	var written []string
@@ -153,7 +196,7 @@ func generate(o options, version, gen string, env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range manPages(o.bin) {
+	for _, p := range manPages(o.helpBin) {
 		page, err := p.render(version, date)
 		if err != nil {
 			return fmt.Errorf("manual page %s(%s): %w", p.name, p.section, err)
@@ -201,7 +244,7 @@ func writeManPages(o options) error {
 	if err := os.MkdirAll(o.man, 0o755); err != nil {
 		return err
 	}
-	for _, p := range manPages(o.bin) {
+	for _, p := range manPages(o.helpBin) {
 		page, err := p.render(version, date)
 		if err != nil {
 			return fmt.Errorf("manual page %s(%s): %w", p.name, p.section, err)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -27,10 +28,19 @@ const testVersion = "v1.2.3-4-gabc1234" // package version 1.2.3+git4.abc1234
 type built struct {
 	dir  string // everything the tests build
 	root string // the repository root
-	bin  string // the static binaries packaged
+	bin  string // static binaries that run here
+	tool string // nfpm-pack
+	// deb and rpm are the packages of this machine's architecture (the
+	// ones the tests install and run); arch has every architecture's.
 	deb  string
 	rpm  string
+	arch map[string]archPackages
 	err  error
+}
+
+// archPackages are one architecture's binaries and packages.
+type archPackages struct {
+	bin, deb, rpm string
 }
 
 var (
@@ -105,40 +115,67 @@ func build() error {
 	}
 	fixture.root = root
 
-	// make package-test passes the binaries make build wrote; alone, the
-	// test builds them as make build does.
+	// make package-test passes the binaries make build wrote, and make
+	// build-cross's in linux_<arch> below them; alone, the test builds
+	// every architecture's as make build-cross does.
 	fixture.bin = os.Getenv("NODE_RESIZED_BIN")
+	crossBin := filepath.Join(fixture.bin, "linux_{arch}")
 	if fixture.bin == "" {
-		fixture.bin = filepath.Join(dir, "bin")
-		for _, cmd := range []string{"node-resized", "node-resizectl"} {
-			b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+testVersion,
-				"-o", filepath.Join(fixture.bin, cmd), "./cmd/"+cmd)
-			b.Dir = root
-			b.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := b.CombinedOutput(); err != nil {
-				return fmt.Errorf("build %s: %v\n%s", cmd, err, out)
+		crossBin = filepath.Join(dir, "bin", "linux_{arch}")
+		fixture.bin = archBin(crossBin, runtime.GOARCH)
+		for _, a := range testArches {
+			for _, cmd := range packagedBinaries {
+				b := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+testVersion,
+					"-o", filepath.Join(archBin(crossBin, a.goarch), cmd), "./cmd/"+cmd)
+				b.Dir = root
+				b.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+a.goarch)
+				if out, err := b.CombinedOutput(); err != nil {
+					return fmt.Errorf("build %s for %s: %v\n%s", cmd, a.goarch, err, out)
+				}
 			}
 		}
 	}
 
 	tool := filepath.Join(dir, "nfpm-pack")
+	fixture.tool = tool
 	if out, err := exec.Command("go", "build", "-o", tool, ".").CombinedOutput(); err != nil {
 		return fmt.Errorf("build nfpm-pack: %v\n%s", err, out)
 	}
 	out := filepath.Join(dir, "dist")
-	cmd := exec.Command(tool, "-root", root, "-bin", fixture.bin, "-out", out, "-version", testVersion)
+	var goarches []string
+	for _, a := range testArches {
+		goarches = append(goarches, a.goarch)
+	}
+	cmd := exec.Command(tool, "-root", root, "-arch", strings.Join(goarches, ","), "-bin", crossBin,
+		"-help-bin", fixture.bin, "-out", out, "-version", testVersion)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	list, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("nfpm-pack: %v\n%s", err, stderr.Bytes())
 	}
-	// nfpm's conventional names with the version dpkg and rpm accept.
-	fixture.deb = filepath.Join(out, "node-resized_1.2.3+git4.abc1234_amd64.deb")
-	fixture.rpm = filepath.Join(out, "node-resized-1.2.3+git4.abc1234-1.x86_64.rpm")
-	if got, want := strings.Fields(string(list)), []string{fixture.deb, fixture.rpm}; !slices.Equal(got, want) {
+	// nfpm's conventional names with the version dpkg and rpm accept and
+	// each format's name of the architecture, one architecture after the
+	// other.
+	fixture.arch = map[string]archPackages{}
+	var want []string
+	for _, a := range testArches {
+		p := archPackages{
+			bin: archBin(crossBin, a.goarch),
+			deb: filepath.Join(out, "node-resized_1.2.3+git4.abc1234_"+a.deb+".deb"),
+			rpm: filepath.Join(out, "node-resized-1.2.3+git4.abc1234-1."+a.rpm+".rpm"),
+		}
+		fixture.arch[a.goarch] = p
+		want = append(want, p.deb, p.rpm)
+	}
+	if got := strings.Fields(string(list)); !slices.Equal(got, want) {
 		return fmt.Errorf("nfpm-pack wrote %q, want %q", got, want)
 	}
+	host, ok := fixture.arch[runtime.GOARCH]
+	if !ok {
+		return fmt.Errorf("no package is built for this machine's architecture, %s", runtime.GOARCH)
+	}
+	fixture.deb, fixture.rpm = host.deb, host.rpm
 	return nil
 }
 
@@ -190,10 +227,18 @@ var debDirs = []string{
 	"/usr/share/doc/", "/usr/share/doc/node-resized/", "/usr/share/lintian/", "/usr/share/lintian/overrides/",
 }
 
+// TestDebContents checks each architecture's deb: its files and their
+// modes, its control fields and scripts, and the files it unpacks.
 func TestDebContents(t *testing.T) {
 	need(t, "dpkg-deb")
 	p := packages(t)
+	for _, a := range testArches {
+		t.Run(a.goarch, func(t *testing.T) { checkDeb(t, p, a) })
+	}
+}
 
+func checkDeb(t *testing.T, p *built, a testArch) {
+	deb := p.arch[a.goarch].deb
 	want := map[string]string{}
 	for _, d := range debDirs {
 		want["."+d] = "drwxr-xr-x root/root"
@@ -202,7 +247,7 @@ func TestDebContents(t *testing.T) {
 		want["."+f.path] = f.mode.String() + " root/root"
 	}
 	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(output(t, "", "dpkg-deb", "-c", p.deb)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(output(t, "", "dpkg-deb", "-c", deb)), "\n") {
 		// drwxr-xr-x root/root 0 2026-01-01 00:00 ./etc/
 		f := strings.Fields(line)
 		if len(f) != 6 {
@@ -223,12 +268,12 @@ func TestDebContents(t *testing.T) {
 
 	fields := map[string]string{}
 	for _, name := range []string{"Package", "Version", "Architecture", "Section", "Priority", "Maintainer", "Depends", "Pre-Depends", "Suggests", "Description"} {
-		fields[name] = strings.TrimSpace(output(t, "", "dpkg-deb", "-f", p.deb, name))
+		fields[name] = strings.TrimSpace(output(t, "", "dpkg-deb", "-f", deb, name))
 	}
 	for name, want := range map[string]string{
 		"Package":      "node-resized",
 		"Version":      "1.2.3+git4.abc1234",
-		"Architecture": "amd64",
+		"Architecture": a.deb,
 		"Section":      "admin",
 		"Priority":     "optional",
 		"Depends":      "", // static binaries: nothing
@@ -248,7 +293,7 @@ func TestDebContents(t *testing.T) {
 
 	// The control archive: conffiles and the maintainer scripts as written.
 	ctrl := t.TempDir()
-	output(t, "", "dpkg-deb", "-e", p.deb, ctrl)
+	output(t, "", "dpkg-deb", "-e", deb, ctrl)
 	conffiles, err := os.ReadFile(filepath.Join(ctrl, "conffiles"))
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +301,7 @@ func TestDebContents(t *testing.T) {
 	if string(conffiles) != "/etc/default/node-resized\n" {
 		t.Errorf("conffiles = %q, want /etc/default/node-resized alone", conffiles)
 	}
-	info := output(t, "", "dpkg-deb", "-I", p.deb)
+	info := output(t, "", "dpkg-deb", "-I", deb)
 	for script, src := range map[string]string{"postinst": "deb/postinst", "prerm": "deb/prerm", "postrm": "deb/postrm"} {
 		assertSame(t, filepath.Join(ctrl, script), filepath.Join(p.root, "packaging/scripts", src))
 		if st, err := os.Stat(filepath.Join(ctrl, script)); err != nil || st.Mode().Perm() != 0o755 {
@@ -271,8 +316,8 @@ func TestDebContents(t *testing.T) {
 	}
 
 	data := t.TempDir()
-	output(t, "", "dpkg-deb", "-x", p.deb, data)
-	checkTree(t, p.root, data)
+	output(t, "", "dpkg-deb", "-x", deb, data)
+	checkTree(t, p.root, data, a)
 	assertSame(t, filepath.Join(data, "usr/share/doc/node-resized/copyright"), filepath.Join(p.root, "packaging/debian/copyright"))
 	assertSame(t, filepath.Join(data, "usr/share/lintian/overrides/node-resized"), filepath.Join(p.root, "packaging/debian/lintian-overrides"))
 	// A native package's changelog, newest entry the package's version.
@@ -282,16 +327,18 @@ func TestDebContents(t *testing.T) {
 	}
 }
 
-// checkTree checks the files of an unpacked package against the sources.
-func checkTree(t *testing.T, repo, tree string) {
+// checkTree checks the files of an unpacked package of architecture a
+// against the sources.
+func checkTree(t *testing.T, repo, tree string, a testArch) {
 	t.Helper()
 	unit := filepath.Join(tree, "usr/lib/systemd/system/node-resized.service")
 	assertSame(t, unit, filepath.Join(repo, "systemd/node-resized.service"))
 	checkUnit(t, unit, "/usr/bin")
 	assertSame(t, filepath.Join(tree, "etc/default/node-resized"), filepath.Join(repo, "packaging/default/node-resized"))
 	assertSame(t, filepath.Join(tree, "usr/share/bash-completion/completions/node-resizectl"), filepath.Join(repo, "packaging/completion/node-resizectl.bash"))
-	for _, b := range []string{"node-resized", "node-resizectl"} {
+	for _, b := range packagedBinaries {
 		checkStatic(t, filepath.Join(tree, "usr/bin", b))
+		checkELFArch(t, filepath.Join(tree, "usr/bin", b), a)
 	}
 }
 
@@ -372,12 +419,22 @@ func checkStatic(t *testing.T, path string) {
 	}
 }
 
+// TestRPMContents checks each architecture's rpm: its files with their
+// modes and flags, its header, requirements and scriptlets, and the files
+// it unpacks.
 func TestRPMContents(t *testing.T) {
 	need(t, "rpm")
 	p := packages(t)
+	for _, a := range testArches {
+		t.Run(a.goarch, func(t *testing.T) { checkRPM(t, p, a) })
+	}
+}
+
+func checkRPM(t *testing.T, p *built, a testArch) {
+	rpm := p.arch[a.goarch].rpm
 
 	got := map[string]string{}
-	list := output(t, "", "rpm", "-qp", "--qf", `[%{FILENAMES}\t%{FILEMODES:perms}\t%{FILEUSERNAME}:%{FILEGROUPNAME}\t%{FILEFLAGS:fflags}\n]`, p.rpm)
+	list := output(t, "", "rpm", "-qp", "--qf", `[%{FILENAMES}\t%{FILEMODES:perms}\t%{FILEUSERNAME}:%{FILEGROUPNAME}\t%{FILEFLAGS:fflags}\n]`, rpm)
 	for _, line := range strings.Split(list, "\n") {
 		if line == "" {
 			continue
@@ -409,24 +466,24 @@ func TestRPMContents(t *testing.T) {
 			t.Errorf("unexpected file in the rpm: %s", path)
 		}
 	}
-	if l := strings.Fields(output(t, "", "rpm", "-qlp", p.rpm)); len(l) != len(shipped("rpm")) {
+	if l := strings.Fields(output(t, "", "rpm", "-qlp", rpm)); len(l) != len(shipped("rpm")) {
 		t.Errorf("rpm -qlp lists %d files, want %d: %v", len(l), len(shipped("rpm")), l)
 	}
-	if got := output(t, "", "rpm", "-qp", "--qf", "%{LICENSE}", p.rpm); got != "Apache-2.0" {
+	if got := output(t, "", "rpm", "-qp", "--qf", "%{LICENSE}", rpm); got != "Apache-2.0" {
 		t.Errorf("rpm License: %q, want Apache-2.0", got)
 	}
 	// The %changelog's newest entry is this version-release.
-	if got := output(t, "", "rpm", "-qp", "--qf", "%{CHANGELOGNAME}", p.rpm); !strings.HasSuffix(got, " - 1.2.3+git4.abc1234-1") {
+	if got := output(t, "", "rpm", "-qp", "--qf", "%{CHANGELOGNAME}", rpm); !strings.HasSuffix(got, " - 1.2.3+git4.abc1234-1") {
 		t.Errorf("rpm %%changelog's newest entry: %q, want one for 1.2.3+git4.abc1234-1", got)
 	}
 
-	if got, want := output(t, "", "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}", p.rpm), "node-resized 1.2.3+git4.abc1234 1 x86_64"; got != want {
+	if got, want := output(t, "", "rpm", "-qp", "--qf", "%{NAME} %{VERSION} %{RELEASE} %{ARCH}", rpm), "node-resized 1.2.3+git4.abc1234 1 "+a.rpm; got != want {
 		t.Errorf("rpm header: %q, want %q", got, want)
 	}
 	// The scriptlets' shell and systemd, and what rpm may add itself
 	// (rpmlib features).
 	var reqs []string
-	for _, req := range strings.Split(output(t, "", "rpm", "-qpR", p.rpm), "\n") {
+	for _, req := range strings.Split(output(t, "", "rpm", "-qpR", rpm), "\n") {
 		if req != "" && !strings.HasPrefix(req, "rpmlib(") {
 			reqs = append(reqs, req)
 		}
@@ -436,7 +493,7 @@ func TestRPMContents(t *testing.T) {
 	}
 	// Each scriptlet is the script written for rpm.
 	for tag, src := range map[string]string{"POSTIN": "rpm/post", "PREUN": "rpm/preun", "POSTUN": "rpm/postun", "PREIN": ""} {
-		got := output(t, "", "rpm", "-qp", "--qf", "%{"+tag+"}", p.rpm)
+		got := output(t, "", "rpm", "-qp", "--qf", "%{"+tag+"}", rpm)
 		want := "(none)"
 		if src != "" {
 			b, err := os.ReadFile(filepath.Join(p.root, "packaging/scripts", src))
@@ -453,19 +510,19 @@ func TestRPMContents(t *testing.T) {
 	data := t.TempDir()
 	// Unpacked in Go, with the paths kept under data (the payload's names
 	// are absolute).
-	f, err := os.Open(p.rpm)
+	f, err := os.Open(rpm)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	r, err := rpmutils.ReadRpm(f)
 	if err != nil {
-		t.Fatalf("read %s: %v", p.rpm, err)
+		t.Fatalf("read %s: %v", rpm, err)
 	}
 	if err := r.ExpandPayload(data); err != nil {
-		t.Fatalf("unpack %s: %v", p.rpm, err)
+		t.Fatalf("unpack %s: %v", rpm, err)
 	}
-	checkTree(t, p.root, data)
+	checkTree(t, p.root, data, a)
 }
 
 // TestDebInstallPurge installs the deb into a temporary root, upgrades it in
