@@ -10,8 +10,9 @@ import (
 type Node struct {
 	ID int `json:"id"`
 	// CPUs are the node's online CPUs: the nodeN/cpuM links whose CPU is
-	// in cpu/online and has topology ids, sorted by id. This is exactly
-	// the set cAdvisor counts for the kubelet.
+	// in cpu/online and has topology ids (on s390x its book and drawer
+	// ids too), sorted by id. This is exactly the set cAdvisor counts for
+	// the kubelet.
 	CPUs []CPU `json:"cpus"`
 	// MemTotal is "Node N MemTotal" from nodeN/meminfo, in bytes; 0 for a
 	// memory-less node or when the file is missing.
