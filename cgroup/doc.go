@@ -5,16 +5,16 @@
 //
 // The kubelet writes the kubepods cgroup once, when it starts, from the
 // machine it saw then (memory.max, cpu.weight, pids.max, hugetlb.<size>.max;
-// see decide.KubepodsLimits). When CPUs or memory go away under a running
+// see decide.KubepodsLimits). Its QoS loop then sets the hugetlb limits
+// unbounded, at once and every minute (kubepods is also its Guaranteed
+// cgroup), so those are the kubelet's alone: the Enforcer never writes them. When CPUs or memory go away under a running
 // kubelet, the pods keep limits that no longer fit the machine; the
 // [Enforcer] writes the limits the kubelet would write for the new capacity
 // (a [Request]: the limits of the decision core's ClampCgroups or
 // GrowCgroups, with the online CPUs beside it), on the kubepods cgroup
 // itself, so that the kernel reclaims and, at worst, OOM-kills inside
 // kubepods and never outside it. A limit the request leaves at zero is not
-// touched; a huge page size listed with 0 is a limit of 0, as the kubelet
-// writes it for sizes without a pool, and a size the kernel has no hugetlb
-// file for is skipped.
+// touched.
 //
 // The CPU set is handled apart, because the kubelet never writes one: on
 // cgroup v2 the kubepods, burstable and besteffort cgroups normally have an
@@ -33,9 +33,8 @@
 // CPUs are only added.
 //
 // Every write is idempotent: the current value is read first (with the
-// kernel's rounding of memory.max to the page size and hugetlb limits to the
-// huge page size), nothing is written when it already holds the target, and
-// every write is read back. Each limit is written on its own, in a fixed
+// kernel's rounding of memory.max to the page size), nothing is written
+// when it already holds the target, and every write is read back. Each limit is written on its own, in a fixed
 // order (memory.max first), so that one failure neither hides nor stops the
 // others.
 //
@@ -47,8 +46,7 @@
 // over D-Bus (MemoryMax=, CPUWeight=, TasksMax=, AllowedCPUs=; runtime
 // properties, as the kubelet sets them) and then writes the file, so that
 // systemd does not put the old value back on its next daemon-reload.
-// Huge page limits have no systemd property and are written to the file
-// only, as the kubelet does. Every request carries only the one limit being
+// Every request carries only the one limit being
 // changed, with devices and the freezer skipped (as the kubelet does), so
 // that no other setting of kubepods is reset. When the D-Bus call fails the
 // file is still written directly (protection first), and the change reports

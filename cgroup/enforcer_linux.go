@@ -67,8 +67,6 @@ func libResources(o *op) *cgroups.Resources {
 	case kindPids:
 		n := o.num
 		r.PidsLimit = &n
-	case kindHugeTLB:
-		r.HugetlbLimit = []*cgroups.HugepageLimit{{Pagesize: o.pageSize, Limit: uint64(o.num)}}
 	case kindCPUWeight:
 		r.CpuWeight = uint64(o.num)
 	case kindCpuset:

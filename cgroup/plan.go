@@ -16,7 +16,6 @@ type fileKind int
 const (
 	kindMemory fileKind = iota
 	kindPids
-	kindHugeTLB
 	kindCPUWeight
 	kindCpuset
 )
@@ -27,11 +26,9 @@ type op struct {
 	g    Group
 	file string
 	kind fileKind
-	// num is the limit (memory, pids, cpu.weight, hugetlb) and unit the
-	// granule the kernel rounds it down to (0: exact).
+	// num is the limit (memory, pids, cpu.weight) and unit the granule
+	// the kernel rounds it down to (0: exact).
 	num, unit int64
-	// pageSize names a huge page size as the kernel does ("2MB").
-	pageSize string
 	// cpus is the cpuset target.
 	cpus topology.CPUSet
 	// want is the value as written, before the value read first.
@@ -75,9 +72,18 @@ const (
 
 // limitOps plans the kubepods limits of one request, in the order they are
 // written: memory.max first (on a clamp it is what protects the node), then
-// pids.max, the hugetlb limits by page size, cpu.weight. Each file is read
-// only just before it is written (see readBefore), so that memory.max is
-// written after two reads, not after every file's.
+// pids.max, cpu.weight. Each file is read only just before it is written
+// (see readBefore), so that memory.max is written after two reads, not
+// after every file's.
+//
+// The request's hugetlb limits are not written: kubepods is also the
+// kubelet's Guaranteed QoS cgroup, and its QoS loop sets that cgroup's
+// hugetlb limits unbounded (1<<62) when it starts and every minute after
+// (pkg/kubelet/cm/qos_container_manager_linux.go, setHugePagesUnbounded),
+// so the pool-sized limit it writes at start lasts a moment, and writing
+// it again would start a fight the loop wins each minute. A huge page
+// pool cannot be overcommitted, so the unbounded limit protects nothing
+// less; the pods' own cgroups carry their huge page limits.
 func (e *Enforcer) limitOps(lim decide.CgroupLimits) []*op {
 	var ops []*op
 	kp := e.paths.Kubepods
@@ -91,19 +97,6 @@ func (e *Enforcer) limitOps(lim decide.CgroupLimits) []*op {
 	}
 	if lim.PidsMax > 0 {
 		add(&op{file: "pids.max", kind: kindPids, num: lim.PidsMax, want: strconv.FormatInt(lim.PidsMax, 10)}, false)
-	}
-	sizes := make([]int64, 0, len(lim.HugeTLB))
-	for size := range lim.HugeTLB {
-		if size > 0 {
-			sizes = append(sizes, size)
-		}
-	}
-	slices.Sort(sizes)
-	for _, size := range sizes {
-		limit := max(lim.HugeTLB[size], 0)
-		name := HugePageSizeName(size)
-		add(&op{file: "hugetlb." + name + ".max", kind: kindHugeTLB, num: limit, unit: size, pageSize: name,
-			want: strconv.FormatInt(limit, 10)}, false)
 	}
 	if lim.CPUWeight > 0 {
 		w := int64(min(lim.CPUWeight, decide.MaxWeight))
@@ -130,19 +123,6 @@ func readBefore(o *op) error {
 		o.before, o.write = cur, !o.holds(cur)
 	}
 	return nil
-}
-
-// HugePageSizeName names a huge page size as the kernel names its hugetlb
-// cgroup files (hugetlb_cgroup.c mem_fmt): 2097152 → "2MB", 1073741824 →
-// "1GB", 65536 → "64KB".
-func HugePageSizeName(size int64) string {
-	switch {
-	case size >= 1<<30:
-		return strconv.FormatInt(size>>30, 10) + "GB"
-	case size >= 1<<20:
-		return strconv.FormatInt(size>>20, 10) + "MB"
-	}
-	return strconv.FormatInt(size>>10, 10) + "KB"
 }
 
 // cpusetOps plans the cpuset.cpus of kubepods, burstable and besteffort

@@ -49,11 +49,3 @@ func TestPlanCPUs(t *testing.T) {
 		})
 	}
 }
-
-func TestHugePageSizeName(t *testing.T) {
-	for size, want := range map[int64]string{64 << 10: "64KB", 2 << 20: "2MB", 32 << 20: "32MB", 512 << 20: "512MB", 1 << 30: "1GB", 16 << 30: "16GB"} {
-		if got := HugePageSizeName(size); got != want {
-			t.Errorf("HugePageSizeName(%d) = %q, want %q", size, got, want)
-		}
-	}
-}

@@ -98,14 +98,12 @@ func TestSystemdDriverSetsUnitProperties(t *testing.T) {
 	mem.Memory = 6 * gib
 	n := int64(1000)
 	pids.PidsLimit = &n
-	huge, weight, cpus := base(), base(), base()
-	huge.HugetlbLimit = []*cgroups.HugepageLimit{{Pagesize: "2MB", Limit: 512 << 20}}
+	weight, cpus := base(), base()
 	weight.CpuWeight = 118
 	cpus.CpusetCpus = "0-2"
 	want := []unitCall{
 		{"kubepods.slice", "-.slice", true, p.Kubepods.Dir, mem},
 		{"kubepods.slice", "-.slice", true, p.Kubepods.Dir, pids},
-		{"kubepods.slice", "-.slice", true, p.Kubepods.Dir, huge},
 		{"kubepods.slice", "-.slice", true, p.Kubepods.Dir, weight},
 		{"kubepods-burstable.slice", "kubepods.slice", true, p.Burstable.Dir, cpus},
 		{"kubepods.slice", "-.slice", true, p.Kubepods.Dir, cpus},
@@ -115,7 +113,7 @@ func TestSystemdDriverSetsUnitProperties(t *testing.T) {
 		t.Errorf("systemd requests:\n got %+v\nwant %+v", got, want)
 	}
 	for file, v := range map[string]string{"memory.max": "6442450944", "cpu.weight": "118", "pids.max": "1000",
-		"hugetlb.2MB.max": "536870912", "cpuset.cpus": "0-2", "memory.swap.max": "0", "cpu.max": "max 100000"} {
+		"hugetlb.2MB.max": "0", "cpuset.cpus": "0-2", "memory.swap.max": "0", "cpu.max": "max 100000"} {
 		if got := tr.get(t, p.Kubepods.Dir, file); got != v {
 			t.Errorf("kubepods.slice/%s = %q, want %q", file, got, v)
 		}
@@ -182,9 +180,6 @@ func TestResourcesCarryOneLimit(t *testing.T) {
 		{op{kind: kindMemory, num: 5}, func(r *cgroups.Resources) { r.Memory = 5 }},
 		{op{kind: kindPids, num: 77}, func(r *cgroups.Resources) { r.PidsLimit = &n }},
 		{op{kind: kindCPUWeight, num: 9}, func(r *cgroups.Resources) { r.CpuWeight = 9 }},
-		{op{kind: kindHugeTLB, num: 0, pageSize: "1GB"}, func(r *cgroups.Resources) {
-			r.HugetlbLimit = []*cgroups.HugepageLimit{{Pagesize: "1GB", Limit: 0}}
-		}},
 		{op{kind: kindCpuset, cpus: topology.CPUSet{0, 1, 2, 5}}, func(r *cgroups.Resources) { r.CpusetCpus = "0-2,5" }},
 	} {
 		want := base()
