@@ -14,9 +14,11 @@
 //   - an unplug is the kernel's own offline (and remove) of each LMB or
 //     CPU, and a refusal is QEMU's DEVICE_UNPLUG_GUEST_ERROR.
 //
-// One guest, with test/vmscenario's kubepods layout and daemon flags
-// (--auto-online among them), is booted and walked through these steps in
-// order, each starting from the machine the one before left:
+// One guest, with test/vmscenario's machine, kubepods layout and daemon
+// flags (--auto-online among them), which both take from package
+// test/vm/guesttest with the helpers that read the guest and the daemon,
+// is booted and walked through these steps in order, each starting from
+// the machine the one before left:
 //
 //  1. daemon-up: the daemon answers and models the boot machine (one CPU);
 //  2. cpu-hot-add: a core plugged into NUMA node 1 (no memory, no CPU at

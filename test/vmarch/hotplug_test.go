@@ -1,41 +1,18 @@
 package vmarch
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/node-resized/node-resized/api"
 	"github.com/node-resized/node-resized/monitor"
-	"github.com/node-resized/node-resized/test/vm"
+	"github.com/node-resized/node-resized/test/vm/guesttest"
 )
 
-const (
-	// dimmSize is two of pseries' 256 MiB LMBs: two memory blocks.
-	dimmSize = 512 << 20
-	// hotNode is the NUMA node the core and the DIMM are plugged into:
-	// node 1, which has no CPU and no memory at boot.
-	hotNode = 1
-)
-
-// Under TCG on a busy two-core host a guest command takes up to seconds;
-// the waits poll with deadlines of minutes and bound nothing else.
-const (
-	bootTimeout = 5 * time.Minute
-	qmpTimeout  = time.Minute
-	delTimeout  = 4 * time.Minute
-	settle      = 2 * time.Minute
-)
-
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// dimmSize is two of pseries' 256 MiB LMBs: two memory blocks.
+const dimmSize = 512 << 20
 
 // scenario is the state the steps hand on to each other.
 type scenario struct {
@@ -55,100 +32,29 @@ func TestHotplug(t *testing.T) {
 		t.Skip(env.skip)
 	}
 	total := time.Now()
-	dir, err := os.MkdirTemp("", "vmarch-guest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	v, err := vm.Boot(bctx, vm.Config{
-		Arch:      env.arch,
-		Kernel:    env.kernel.Image,
-		Initramfs: env.initramfs,
-		Dir:       dir,
-		Accel:     os.Getenv("NODE_RESIZED_VM_ACCEL"),
-		// cpu-unplug unplugs the core: QEMU 7.2's single-threaded TCG
-		// aborts on a vCPU unplug on pseries too ("qemu_thread_join:
-		// Resource deadlock avoided").
-		UnplugCPUs: true,
-		CPUs:       1,
-		MaxCPUs:    4,
-		Mem:        512 << 20,
-		Slots:      4,
-		MaxMem:     4 << 30,
-		// NUMA nil: node 0 = CPUs 0-1 and all boot memory, node 1 =
-		// CPUs 2-3 and no memory. movable_node: the kernel onlines the
-		// DIMM's blocks itself, as ZONE_MOVABLE with this, so that it
-		// can offline them again for the unplug (in ZONE_NORMAL on
-		// node 1, beside the hot-added CPU, the guest refused).
-		Append: "movable_node",
-	})
-	cancel()
-	if err != nil {
-		t.Fatalf("boot: %v (console.log and qemu.log in %s)", err, dir)
-	}
-	s := &scenario{g: guest{v}}
-	t.Cleanup(func() {
-		if out, _, err := v.Exec(context.Background(), "grep -E '\"level\":\"(WARN|ERROR)\"' "+guestLog); err == nil && out != "" {
-			t.Logf("the daemon's warnings and errors:\n%s", out)
-		}
-		if t.Failed() {
-			t.Logf("guest console (tail):\n%s", v.TailConsole(60))
-			if out, _, err := v.Exec(context.Background(), "tail -n 40 "+guestLog+"; echo; tail -n 40 "+vm.GuestUeventLog); err == nil {
-				t.Logf("daemon log and uevents (tail):\n%s", out)
-			}
-		}
-		if cpu, alive, err := v.HostCPU(); err == nil {
-			t.Logf("QEMU used %v of host CPU over %v", cpu.Round(time.Millisecond), alive.Round(time.Millisecond))
-		}
-		if err := v.Close(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("the guest's console.log and qemu.log are kept in %s", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	})
+	cfg := guesttest.Machine(env.kernel, env.initramfs)
+	cfg.Arch = env.arch
+	// movable_node: the kernel onlines the DIMM's blocks itself, as
+	// ZONE_MOVABLE with this, so that it can offline them again for the
+	// unplug (in ZONE_NORMAL on node 1, beside the hot-added CPU, the
+	// guest refused).
+	cfg.Append = "movable_node"
+	v := guesttest.Boot(t, guesttest.BootOptions{Name: "vmarch", ConsoleTail: 60, LogTail: 40, HostCPU: true}, cfg)
+	s := &scenario{g: guest{guesttest.Guest{VM: v, Ctl: guestCtl}}}
 	t.Logf("%s guest, kernel %s; binaries built in %v, ready with the initramfs in %v; boot to agent ready %v",
 		env.arch, env.kernel.Version, env.buildTime.Round(time.Millisecond), env.prepTime.Round(time.Millisecond),
 		v.BootTime().Round(time.Millisecond))
 
 	// A step that stopped half-way, or that -run left out, leaves a
 	// machine the next one does not expect: the rest are skipped.
-	var timings []string
-	stopped := ""
-	step := func(name string, f func(t *testing.T)) {
-		if stopped != "" {
-			t.Logf("skipping %s: %s", name, stopped)
-			return
-		}
-		start := time.Now()
-		ran, finished := false, false
-		t.Run(name, func(t *testing.T) {
-			ran = true
-			f(t)
-			finished = true
-		})
-		switch {
-		case !ran:
-			stopped = name + " was not selected by -run"
-		case !finished:
-			stopped = name + " stopped half-way"
-		}
-		if ran {
-			timings = append(timings, fmt.Sprintf("  %-12s %9v", name, time.Since(start).Round(time.Millisecond)))
-		}
-	}
-	defer func() {
-		t.Logf("timings:\n  %-12s %9v\n%s\n  %-12s %9v", "boot", v.BootTime().Round(time.Millisecond),
-			strings.Join(timings, "\n"), "total", time.Since(total).Round(time.Millisecond))
-	}()
-	step("daemon-up", s.daemonUp)
-	step("cpu-hot-add", s.cpuHotAdd)
-	step("dimm-hot-add", s.dimmHotAdd)
-	step("dimm-unplug", s.dimmUnplug)
-	step("cpu-unplug", s.cpuUnplug)
-	for _, rec := range s.g.daemonLog(t, "") {
+	steps := guesttest.NewSteps(t, total, 12)
+	defer steps.LogTimings(v.BootTime())
+	steps.Run("daemon-up", s.daemonUp)
+	steps.Run("cpu-hot-add", s.cpuHotAdd)
+	steps.Run("dimm-hot-add", s.dimmHotAdd)
+	steps.Run("dimm-unplug", s.dimmUnplug)
+	steps.Run("cpu-unplug", s.cpuUnplug)
+	for _, rec := range s.g.DaemonLog(t, "") {
 		if rec["level"] == "ERROR" {
 			t.Errorf("the daemon logged an error: %v", rec)
 		}
@@ -160,34 +66,21 @@ func TestHotplug(t *testing.T) {
 // kubelet laid it out.
 func (s *scenario) daemonUp(t *testing.T) {
 	g := s.g
-	if got := g.sh(t, "cat "+vm.GuestSetupStatus); got != "0" {
-		t.Fatalf("setup script exited %s; console:\n%s", got, g.TailConsole(30))
-	}
-	deadline := time.Now().Add(settle)
-	for {
-		out, code := g.run(t, guestCtl+" --socket "+guestSocket+" -o json status")
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon does not answer on %s after %v: %s\nits log:\n%s", guestSocket, settle, out, g.sh(t, "tail -n 40 "+guestLog))
-		}
-		time.Sleep(poll)
-	}
-	s.bootMem = g.memTotal(t)
-	st := g.status(t)
+	g.WaitDaemon(t, guesttest.Settle)
+	s.bootMem = g.MemTotal(t)
+	st := g.Status(t)
 	kv := g.kubeletView(t)
 	t.Logf("guest: %s; cpus online %q present %q possible %q (cpuN devices %q); memory block size 0x%s; %s",
-		g.sh(t, "uname -m -r"), st.CPUs.Online.String(), st.CPUs.Present.String(), st.CPUs.Possible.String(),
-		st.CPUs.Devices.String(), g.sh(t, "cat /sys/devices/system/memory/block_size_bytes"),
-		g.sh(t, "grep -E '^(MemTotal|Hugepagesize):' /proc/meminfo | tr -s ' ' | tr '\\n' ' '"))
+		g.Sh(t, "uname -m -r"), st.CPUs.Online.String(), st.CPUs.Present.String(), st.CPUs.Possible.String(),
+		st.CPUs.Devices.String(), g.Sh(t, "cat /sys/devices/system/memory/block_size_bytes"),
+		g.Sh(t, "grep -E '^(MemTotal|Hugepagesize):' /proc/meminfo | tr -s ' ' | tr '\\n' ' '"))
 	t.Logf("cAdvisor: %v", kv)
 	checkKubeletExact(t, st, kv)
-	if cpus(st) != 1 || st.Physical["memory"] != s.bootMem {
-		t.Errorf("the daemon's physical cpu=%d memory=%d, want 1 and MemTotal %d", cpus(st), st.Physical["memory"], s.bootMem)
+	if st.PhysicalCPU() != 1 || st.Physical["memory"] != s.bootMem {
+		t.Errorf("the daemon's physical cpu=%d memory=%d, want 1 and MemTotal %d", st.PhysicalCPU(), st.Physical["memory"], s.bootMem)
 	}
-	if k := g.kubepods(t); k.MemoryMax != wantMemoryMax(s.bootMem) || k.CPUs.String() != "0" || k.CPUWeight != kubeletWeight(1) {
-		t.Errorf("kubepods at start: %v; want memory.max=%s cpu.weight=%d cpuset.cpus=0", k, wantMemoryMax(s.bootMem), kubeletWeight(1))
+	if k := g.Kubepods(t); k.MemoryMax != guesttest.WantMemoryMax(s.bootMem) || k.CPUs.String() != "0" || k.CPUWeight != guesttest.KubeletWeight(1) {
+		t.Errorf("kubepods at start: %v; want memory.max=%s cpu.weight=%d cpuset.cpus=0", k, guesttest.WantMemoryMax(s.bootMem), guesttest.KubeletWeight(1))
 	}
 }
 
@@ -197,26 +90,26 @@ func (s *scenario) daemonUp(t *testing.T) {
 // racing the kernel, raises no error.
 func (s *scenario) cpuHotAdd(t *testing.T) {
 	g := s.g
-	present0 := g.cpuSet(t, "/sys/devices/system/cpu/present")
-	nodes0 := g.sh(t, "cat /sys/devices/system/node/online")
+	present0 := g.CPUSet(t, "/sys/devices/system/cpu/present")
+	nodes0 := g.Sh(t, "cat /sys/devices/system/node/online")
 	m := g.mark(t)
 
 	start := time.Now()
-	dev, err := g.HotAddCPU(ctxFor(t, qmpTimeout), hotNode)
+	dev, err := g.HotAddCPU(guesttest.Context(t, guesttest.QMPTimeout), guesttest.HotNode)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.cpuDev = dev
-	g.waitStatus(t, "two online CPUs", settle, func(st *api.Status) bool { return st.CPUs.Online.Len() == 2 })
+	g.WaitStatus(t, "two online CPUs", guesttest.Settle, func(st *guesttest.Status) bool { return st.CPUs.Online.Len() == 2 })
 	seen := time.Since(start)
-	present := g.cpuSet(t, "/sys/devices/system/cpu/present")
+	present := g.CPUSet(t, "/sys/devices/system/cpu/present")
 	added := present.Difference(present0)
 	if len(added) != 1 {
 		t.Fatalf("present %q (was %q): want exactly one new CPU", present.String(), present0.String())
 	}
 	s.newCPU = added[0]
 	cpuPath := fmt.Sprintf("/devices/system/cpu/cpu%d", s.newCPU)
-	if got := g.sh(t, "cat /sys/devices/system/node/online"); nodes0 != "0" || got != "0-1" {
+	if got := g.Sh(t, "cat /sys/devices/system/node/online"); nodes0 != "0" || got != "0-1" {
 		t.Errorf("online nodes %q -> %q, want 0 -> 0-1", nodes0, got)
 	}
 
@@ -225,7 +118,7 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 	want := []string{"add /devices/system/node/node1", "online " + cpuPath}
 	changes := g.follow(t, m, want)
 
-	st := g.status(t)
+	st := g.Status(t)
 	kv := g.kubeletView(t)
 	checkKubeletExact(t, st, kv)
 	if !st.CPUs.Online.Contains(s.newCPU) || !st.CPUs.Present.Contains(s.newCPU) {
@@ -236,15 +129,15 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 	}
 	if kv.NumCores != int64(st.CPUs.Online.Len()) {
 		t.Logf("cAdvisor, hence the kubelet, counts %d CPUs for %d online, and so does the daemon: %v; the kernel's node links: %s",
-			kv.NumCores, st.CPUs.Online.Len(), kv, g.sh(t, "cd /sys/devices/system/node && echo node*/cpu[0-9]*"))
+			kv.NumCores, st.CPUs.Online.Len(), kv, g.Sh(t, "cd /sys/devices/system/node && echo node*/cpu[0-9]*"))
 	}
 
 	// The kubelet's cpu.weight for its cpu capacity; the online CPUs.
-	k := g.waitKubepods(t, fmt.Sprintf("cpuset.cpus with cpu%d", s.newCPU), settle, func(k kubepods) bool {
-		return k.CPUs.Contains(s.newCPU) && k.CPUWeight == kubeletWeight(kv.NumCores)
+	k := g.WaitKubepods(t, fmt.Sprintf("cpuset.cpus with cpu%d", s.newCPU), guesttest.Settle, func(k guesttest.Kubepods) bool {
+		return k.CPUs.Contains(s.newCPU) && k.CPUWeight == guesttest.KubeletWeight(kv.NumCores)
 	})
 	g.checkAutoOnline(t, fmt.Sprintf("cpu%d", s.newCPU))
-	t.Logf("cpu%d (%s, node %d): in the daemon's model %v after device_add; kubepods %v", s.newCPU, dev, hotNode,
+	t.Logf("cpu%d (%s, node %d): in the daemon's model %v after device_add; kubepods %v", s.newCPU, dev, guesttest.HotNode,
 		seen.Round(time.Millisecond), k)
 	logChanges(t, changes)
 }
@@ -254,21 +147,21 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 // the model and kubepods' memory.max by the DIMM.
 func (s *scenario) dimmHotAdd(t *testing.T) {
 	g := s.g
-	s.memTotal = g.memTotal(t)
+	s.memTotal = g.MemTotal(t)
 	blocks0 := g.memoryBlocks(t)
 	m := g.mark(t)
 
 	start := time.Now()
-	dev, err := g.HotAddDIMM(ctxFor(t, qmpTimeout), dimmSize, hotNode)
+	dev, err := g.HotAddDIMM(guesttest.Context(t, guesttest.QMPTimeout), dimmSize, guesttest.HotNode)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.dimmDev = dev
 	want := s.memTotal + dimmSize
-	g.waitStatus(t, "the DIMM's memory", settle, func(st *api.Status) bool { return st.Physical["memory"] == want })
+	g.WaitStatus(t, "the DIMM's memory", guesttest.Settle, func(st *guesttest.Status) bool { return st.Physical["memory"] == want })
 	seen := time.Since(start)
-	if got := g.memTotal(t); got != want {
-		t.Errorf("MemTotal %s, want %s", mib(got), mib(want))
+	if got := g.MemTotal(t); got != want {
+		t.Errorf("MemTotal %s, want %s", guesttest.MiB(got), guesttest.MiB(want))
 	}
 	for _, b := range g.memoryBlocks(t) {
 		if !slices.Contains(blocks0, b) {
@@ -281,21 +174,21 @@ func (s *scenario) dimmHotAdd(t *testing.T) {
 	var wantUev []string
 	for _, b := range s.blocks {
 		wantUev = append(wantUev, "add /devices/system/memory/"+b, "online /devices/system/memory/"+b)
-		state := g.sh(t, "cd /sys/devices/system/memory/"+b+" && echo $(cat state) $(cat valid_zones) $(ls -d node*)")
-		if state != fmt.Sprintf("online Movable node%d", hotNode) {
-			t.Errorf("%s: %q, want online Movable node%d", b, state, hotNode)
+		state := g.Sh(t, "cd /sys/devices/system/memory/"+b+" && echo $(cat state) $(cat valid_zones) $(ls -d node*)")
+		if state != fmt.Sprintf("online Movable node%d", guesttest.HotNode) {
+			t.Errorf("%s: %q, want online Movable node%d", b, state, guesttest.HotNode)
 		}
 	}
 	changes := g.follow(t, m, wantUev)
-	st := g.status(t)
+	st := g.Status(t)
 	checkKubeletExact(t, st, g.kubeletView(t))
 	if n := len(st.NUMANodes); n != 2 || st.NUMANodes[1].Memory != dimmSize {
-		t.Errorf("the daemon's NUMA nodes %+v, want node1 with the DIMM's %s", st.NUMANodes, mib(dimmSize))
+		t.Errorf("the daemon's NUMA nodes %+v, want node1 with the DIMM's %s", st.NUMANodes, guesttest.MiB(dimmSize))
 	}
-	k := g.waitKubepods(t, "memory.max with the DIMM", settle, func(k kubepods) bool { return k.MemoryMax == wantMemoryMax(want) })
+	k := g.WaitKubepods(t, "memory.max with the DIMM", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == guesttest.WantMemoryMax(want) })
 	g.checkAutoOnline(t, s.blocks...)
 	t.Logf("DIMM %s (%s, blocks %v on node%d): in the daemon's model %v after device_add (physical memory %s); kubepods %v",
-		dev, mib(dimmSize), s.blocks, hotNode, seen.Round(time.Millisecond), mib(st.Physical["memory"]), k)
+		dev, guesttest.MiB(dimmSize), s.blocks, guesttest.HotNode, seen.Round(time.Millisecond), guesttest.MiB(st.Physical["memory"]), k)
 	logChanges(t, changes)
 }
 
@@ -305,22 +198,22 @@ func (s *scenario) dimmUnplug(t *testing.T) {
 	g := s.g
 	m := g.mark(t)
 	start := time.Now()
-	if err := g.DeviceDel(ctxFor(t, delTimeout), s.dimmDev); err != nil {
+	if err := g.DeviceDel(guesttest.Context(t, guesttest.UnplugTimeout), s.dimmDev); err != nil {
 		t.Fatal(err)
 	}
 	deleted := time.Since(start)
-	g.waitStatus(t, "the memory without the DIMM", settle, func(st *api.Status) bool { return st.Physical["memory"] == s.memTotal })
+	g.WaitStatus(t, "the memory without the DIMM", guesttest.Settle, func(st *guesttest.Status) bool { return st.Physical["memory"] == s.memTotal })
 	seen := time.Since(start)
 	var want []string
 	for _, b := range s.blocks {
 		want = append(want, "offline /devices/system/memory/"+b, "remove /devices/system/memory/"+b)
 	}
 	changes := g.follow(t, m, want)
-	st := g.status(t)
+	st := g.Status(t)
 	checkKubeletExact(t, st, g.kubeletView(t))
-	k := g.waitKubepods(t, "memory.max without the DIMM", settle, func(k kubepods) bool { return k.MemoryMax == wantMemoryMax(s.memTotal) })
+	k := g.WaitKubepods(t, "memory.max without the DIMM", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == guesttest.WantMemoryMax(s.memTotal) })
 	t.Logf("DIMM %s: DEVICE_DELETED %v after device_del, out of the daemon's model after %v (physical memory %s); kubepods %v",
-		s.dimmDev, deleted.Round(time.Millisecond), seen.Round(time.Millisecond), mib(st.Physical["memory"]), k)
+		s.dimmDev, deleted.Round(time.Millisecond), seen.Round(time.Millisecond), guesttest.MiB(st.Physical["memory"]), k)
 	logChanges(t, changes)
 }
 
@@ -330,18 +223,18 @@ func (s *scenario) cpuUnplug(t *testing.T) {
 	g := s.g
 	m := g.mark(t)
 	start := time.Now()
-	if err := g.DeviceDel(ctxFor(t, delTimeout), s.cpuDev); err != nil {
+	if err := g.DeviceDel(guesttest.Context(t, guesttest.UnplugTimeout), s.cpuDev); err != nil {
 		t.Fatal(err)
 	}
 	deleted := time.Since(start)
-	g.waitStatus(t, "one online CPU", settle, func(st *api.Status) bool { return st.CPUs.Online.Len() == 1 })
+	g.WaitStatus(t, "one online CPU", guesttest.Settle, func(st *guesttest.Status) bool { return st.CPUs.Online.Len() == 1 })
 	seen := time.Since(start)
 	want := []string{fmt.Sprintf("offline /devices/system/cpu/cpu%d", s.newCPU)}
 	changes := g.follow(t, m, want)
-	st := g.status(t)
+	st := g.Status(t)
 	checkKubeletExact(t, st, g.kubeletView(t))
-	if cpus(st) != 1 || st.CPUs.Online.Contains(s.newCPU) {
-		t.Errorf("the daemon's cpu=%d, online %q; want 1, without cpu%d", cpus(st), st.CPUs.Online.String(), s.newCPU)
+	if st.PhysicalCPU() != 1 || st.CPUs.Online.Contains(s.newCPU) {
+		t.Errorf("the daemon's cpu=%d, online %q; want 1, without cpu%d", st.PhysicalCPU(), st.CPUs.Online.String(), s.newCPU)
 	}
 	// The kernel takes the CPU out of cpu/present after its offline
 	// uevent, and no uevent follows: the daemon's read after the uevent
@@ -350,13 +243,13 @@ func (s *scenario) cpuUnplug(t *testing.T) {
 	// requested one must correct it.
 	if st.CPUs.Present.Contains(s.newCPU) {
 		t.Logf("the daemon's model keeps cpu%d present (%q; the kernel's %q): its read came before the kernel cleared it, with no uevent after; a resync:\n%s",
-			s.newCPU, st.CPUs.Present.String(), g.sh(t, "cat /sys/devices/system/cpu/present"), g.sh(t, guestCtl+" --socket "+guestSocket+" resync"))
-		if st = g.status(t); st.CPUs.Present.Contains(s.newCPU) {
+			s.newCPU, st.CPUs.Present.String(), g.Sh(t, "cat /sys/devices/system/cpu/present"), g.Sh(t, guestCtl+" --socket "+guesttest.Socket+" resync"))
+		if st = g.Status(t); st.CPUs.Present.Contains(s.newCPU) {
 			t.Errorf("after a resync the daemon's present CPUs are %q, still with cpu%d", st.CPUs.Present.String(), s.newCPU)
 		}
 	}
-	k := g.waitKubepods(t, fmt.Sprintf("cpuset.cpus without cpu%d", s.newCPU), settle, func(k kubepods) bool {
-		return !k.CPUs.Contains(s.newCPU) && k.CPUWeight == kubeletWeight(1)
+	k := g.WaitKubepods(t, fmt.Sprintf("cpuset.cpus without cpu%d", s.newCPU), guesttest.Settle, func(k guesttest.Kubepods) bool {
+		return !k.CPUs.Contains(s.newCPU) && k.CPUWeight == guesttest.KubeletWeight(1)
 	})
 	t.Logf("cpu%d (%s): DEVICE_DELETED %v after device_del, out of the daemon's model after %v; kubepods %v",
 		s.newCPU, s.cpuDev, deleted.Round(time.Millisecond), seen.Round(time.Millisecond), k)
@@ -366,7 +259,7 @@ func (s *scenario) cpuUnplug(t *testing.T) {
 // memoryBlocks lists the memoryN directories, in numeric order.
 func (g guest) memoryBlocks(t testing.TB) []string {
 	t.Helper()
-	return strings.Fields(g.sh(t, "cd /sys/devices/system/memory && ls -d memory[0-9]* | sort -t y -k 2 -n"))
+	return strings.Fields(g.Sh(t, "cd /sys/devices/system/memory && ls -d memory[0-9]* | sort -t y -k 2 -n"))
 }
 
 // mark is where the guest and the daemon stood before a step.
@@ -378,7 +271,7 @@ type mark struct {
 
 func (g guest) mark(t testing.TB) mark {
 	t.Helper()
-	return mark{seqnum: g.lastSeqnum(t), change: g.lastChangeID(t), stats: g.status(t).Stats}
+	return mark{seqnum: g.lastSeqnum(t), change: g.LastChangeID(t), stats: g.Status(t).Stats}
 }
 
 // follow checks that the kernel sent exactly the wanted uevents ("ACTION
@@ -387,12 +280,12 @@ func (g guest) mark(t testing.TB) mark {
 // of them alone; it returns those changes.
 func (g guest) follow(t testing.TB, m mark, want []string) []monitor.Change {
 	t.Helper()
-	deadline := time.Now().Add(settle)
+	deadline := time.Now().Add(guesttest.Settle)
 	for len(g.uevents(t, m.seqnum)) < len(want) {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %d uevents after seqnum %d; got %v", settle, len(want), m.seqnum, g.uevents(t, m.seqnum))
+			t.Fatalf("waited %v for %d uevents after seqnum %d; got %v", guesttest.Settle, len(want), m.seqnum, g.uevents(t, m.seqnum))
 		}
-		time.Sleep(poll)
+		time.Sleep(guesttest.Poll)
 	}
 	time.Sleep(time.Second) // for any uevent that should not come
 	uev := g.uevents(t, m.seqnum)
@@ -406,16 +299,16 @@ func (g guest) follow(t testing.TB, m mark, want []string) []monitor.Change {
 
 	// The daemon's count of the uevents it took, then its changes once
 	// they stay as they are (the last rebuild done).
-	var st *api.Status
+	var st *guesttest.Status
 	for {
-		st = g.status(t)
+		st = g.Status(t)
 		if st.Stats.Uevents-m.stats.Uevents >= uint64(len(uev)) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for the daemon to take %d uevents; it took %d", settle, len(uev), st.Stats.Uevents-m.stats.Uevents)
+			t.Fatalf("waited %v for the daemon to take %d uevents; it took %d", guesttest.Settle, len(uev), st.Stats.Uevents-m.stats.Uevents)
 		}
-		time.Sleep(poll)
+		time.Sleep(guesttest.Poll)
 	}
 	if got := st.Stats.Uevents - m.stats.Uevents; got != uint64(len(uev)) {
 		t.Errorf("the daemon took %d uevents, the guest logged %d: %v", got, len(uev), uev)
@@ -424,9 +317,9 @@ func (g guest) follow(t testing.TB, m mark, want []string) []monitor.Change {
 		t.Errorf("the daemon lost uevents: lostEvents %d -> %d, seqnumGaps %d -> %d",
 			m.stats.LostEvents, st.Stats.LostEvents, m.stats.SeqnumGaps, st.Stats.SeqnumGaps)
 	}
-	changes := g.changesSince(t, m.change)
-	for quiet := time.Now(); time.Since(quiet) < 2*time.Second; time.Sleep(poll) {
-		if c := g.changesSince(t, m.change); len(c) != len(changes) {
+	changes := guesttest.ChangesSince(g.Events(t), m.change)
+	for quiet := time.Now(); time.Since(quiet) < 2*time.Second; time.Sleep(guesttest.Poll) {
+		if c := guesttest.ChangesSince(g.Events(t), m.change); len(c) != len(changes) {
 			changes, quiet = c, time.Now()
 		}
 	}
@@ -507,7 +400,7 @@ func (g guest) checkAutoOnline(t testing.TB, devices ...string) {
 	for _, d := range devices {
 		var outcome []string
 		for _, msg := range []string{"brought a hot-added device online", "online before the daemon came to it", "bring a hot-added device online"} {
-			for _, rec := range g.daemonLog(t, msg) {
+			for _, rec := range g.DaemonLog(t, msg) {
 				if rec["device"] != d {
 					continue
 				}
@@ -529,6 +422,6 @@ func logChanges(t testing.TB, changes []monitor.Change) {
 	for _, c := range changes {
 		t.Logf("model change #%d: %d uevent(s) (seqnums %v), latency %v, %s rebuild, capacity cpu=%d memory=%s: %s",
 			c.ID, c.Events, c.Seqnums, c.Latency().Round(time.Microsecond), c.Rebuild.Kind,
-			c.Capacity["cpu"]/1000, mib(c.Capacity["memory"]), c.Changes)
+			c.Capacity["cpu"]/1000, guesttest.MiB(c.Capacity["memory"]), c.Changes)
 	}
 }

@@ -47,7 +47,9 @@
 //
 // The guest's kubepods hierarchy is laid out by the setup script as the
 // kubelet lays it out with the cgroupfs driver; no kubelet runs. The daemon
-// runs standalone (no API server).
+// runs standalone (no API server). The machine, the setup script, the
+// daemon's flags and the helpers that read the guest and the daemon are
+// package test/vm/guesttest's, which test/vmarch uses too.
 //
 // Run it with make e2e-vm, or after test/vm/fetch:
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/test/vm"
+	"github.com/node-resized/node-resized/test/vm/guesttest"
 )
 
 // hotplugWrite is one write hotplugtool reports.
@@ -37,7 +38,7 @@ func (g guest) hotplug(t testing.TB, timeout time.Duration, op string, ids ...in
 	for _, id := range ids {
 		cmd += " " + strconv.Itoa(id)
 	}
-	out, code := g.run(t, cmd+" 2>&1")
+	out, code := g.Run(t, cmd+" 2>&1")
 	var ws []hotplugWrite
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var w hotplugWrite
@@ -76,41 +77,41 @@ func (g guest) mustHotplug(t testing.TB, timeout time.Duration, op string, ids .
 func (s *scenario) hotplugCPU(t *testing.T) {
 	g := s.g
 	cpuDir := fmt.Sprintf("/sys/devices/system/cpu/cpu%d", s.newCPU)
-	cpus0 := int64(g.cpuSet(t, "/sys/devices/system/cpu/online").Len())
+	cpus0 := int64(g.CPUSet(t, "/sys/devices/system/cpu/online").Len())
 
 	start := time.Now()
 	off := g.mustHotplug(t, 30*time.Second, "offline-cpu", s.newCPU)
-	if got := g.sh(t, "cat "+cpuDir+"/online"); got != "0" {
+	if got := g.Sh(t, "cat "+cpuDir+"/online"); got != "0" {
 		t.Fatalf("%s/online = %q after the offline", cpuDir, got)
 	}
-	g.waitKubepods(t, fmt.Sprintf("cpuset.cpus without cpu%d", s.newCPU), settle, func(k kubepods) bool {
-		return !k.CPUs.Contains(s.newCPU) && k.CPUWeight == kubeletWeight(cpus0-1)
+	g.WaitKubepods(t, fmt.Sprintf("cpuset.cpus without cpu%d", s.newCPU), guesttest.Settle, func(k guesttest.Kubepods) bool {
+		return !k.CPUs.Contains(s.newCPU) && k.CPUWeight == guesttest.KubeletWeight(cpus0-1)
 	})
 	offAt := time.Since(start)
 	// Not hot-added, so the auto-onliner leaves it offline: only the
 	// writes below bring it back.
-	if got := g.sh(t, "cat "+cpuDir+"/online"); got != "0" {
+	if got := g.Sh(t, "cat "+cpuDir+"/online"); got != "0" {
 		t.Fatalf("%s/online = %q: something onlined a CPU that was not hot-added", cpuDir, got)
 	}
 
 	start = time.Now()
 	on := g.mustHotplug(t, 30*time.Second, "online-cpu", s.newCPU)
-	if got := g.sh(t, "cat "+cpuDir+"/online"); got != "1" {
+	if got := g.Sh(t, "cat "+cpuDir+"/online"); got != "1" {
 		t.Fatalf("%s/online = %q after the online", cpuDir, got)
 	}
-	g.waitKubepods(t, fmt.Sprintf("cpuset.cpus with cpu%d", s.newCPU), settle, func(k kubepods) bool {
-		return k.CPUs.Contains(s.newCPU) && k.CPUWeight == kubeletWeight(cpus0)
+	g.WaitKubepods(t, fmt.Sprintf("cpuset.cpus with cpu%d", s.newCPU), guesttest.Settle, func(k guesttest.Kubepods) bool {
+		return k.CPUs.Contains(s.newCPU) && k.CPUWeight == guesttest.KubeletWeight(cpus0)
 	})
 	onAt := time.Since(start)
 
-	if _, code := g.run(t, "test -e /sys/devices/system/cpu/cpu0/online"); code == 0 {
+	if _, code := g.Run(t, "test -e /sys/devices/system/cpu/cpu0/online"); code == 0 {
 		t.Logf("cpu0 has an online file on this kernel: not checking the refusal")
 	} else {
 		ws, ok := g.hotplug(t, 30*time.Second, "offline-cpu", 0)
 		if ok || !ws[0].NoFile {
 			t.Errorf("offline cpu0: %+v, want refused as not hotpluggable", ws[0])
 		}
-		if _, code := g.run(t, "test -e /sys/devices/system/cpu/cpu0/online"); code == 0 {
+		if _, code := g.Run(t, "test -e /sys/devices/system/cpu/cpu0/online"); code == 0 {
 			t.Errorf("cpu0/online appeared")
 		}
 		t.Logf("cpu0 refused: %s", ws[0].Err)
@@ -125,18 +126,18 @@ func (s *scenario) hotplugCPU(t *testing.T) {
 // the new blocks.
 func (s *scenario) plugDIMMLight(t *testing.T) (string, []string) {
 	g := s.g
-	blockSize, err := strconv.ParseUint(g.sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
+	blockSize, err := strconv.ParseUint(g.Sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	blocks0 := g.memoryBlocks(t)
-	mem0 := g.memTotal(t)
-	dev, err := g.HotAddDIMM(ctxFor(t, qmpTimeout), dimmSize, hotNode)
+	mem0 := g.MemTotal(t)
+	dev, err := g.HotAddDIMM(guesttest.Context(t, guesttest.QMPTimeout), dimmSize, guesttest.HotNode)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var blocks []string
-	g.waitFor(t, "the DIMM's blocks online (by the daemon's --auto-online)", settle,
+	g.waitFor(t, "the DIMM's blocks online (by the daemon's --auto-online)", guesttest.Settle,
 		"cd /sys/devices/system/memory && for b in memory[0-9]*; do echo $b $(cat $b/state); done",
 		func(out string) bool {
 			blocks = blocks[:0]
@@ -150,9 +151,9 @@ func (s *scenario) plugDIMMLight(t *testing.T) (string, []string) {
 			}
 			return len(blocks) == int(dimmSize/blockSize)
 		})
-	g.waitFor(t, "MemTotal to grow by the DIMM", settle, "grep '^MemTotal:' /proc/meminfo",
-		func(out string) bool { return parseMemTotal(t, out) == mem0+dimmSize })
-	g.waitKubepods(t, "memory.max with the DIMM", settle, func(k kubepods) bool { return k.MemoryMax == wantMemoryMax(mem0+dimmSize) })
+	g.waitFor(t, "MemTotal to grow by the DIMM", guesttest.Settle, "grep '^MemTotal:' /proc/meminfo",
+		func(out string) bool { return guesttest.ParseMemTotal(t, out) == mem0+dimmSize })
+	g.WaitKubepods(t, "memory.max with the DIMM", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == guesttest.WantMemoryMax(mem0+dimmSize) })
 	return dev, blocks
 }
 
@@ -167,8 +168,8 @@ const pinnedTimeout = 2 * time.Second
 // one before the DIMM.
 func (s *scenario) hotplugDIMM(t *testing.T) {
 	g := s.g
-	mem0 := g.memTotal(t)
-	blockSize, err := strconv.ParseUint(g.sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
+	mem0 := g.MemTotal(t)
+	blockSize, err := strconv.ParseUint(g.Sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +184,14 @@ func (s *scenario) hotplugDIMM(t *testing.T) {
 	}
 	states := func() string {
 		cmd := "cd /sys/devices/system/memory && for b in " + strings.Join(names, " ") + "; do echo $b $(cat $b/state) $(cat $b/valid_zones); done"
-		return g.sh(t, cmd)
+		return g.Sh(t, cmd)
 	}
 
 	// A page on node 1 (all of it on the DIMM) held in a pipe: its
 	// block cannot go offline, and the kernel retries until a signal.
 	const ready, pinLog = "/run/pin.ready", "/run/pin.log"
-	g.sh(t, fmt.Sprintf("rm -f %s; %s pin %d %s >%s 2>&1 </dev/null & echo $!", ready, guestHotplug, hotNode, ready, pinLog))
-	pinned := g.waitFor(t, "a pinned page on node 1", settle, "cat "+ready+" 2>/dev/null; cat "+pinLog,
+	g.Sh(t, fmt.Sprintf("rm -f %s; %s pin %d %s >%s 2>&1 </dev/null & echo $!", ready, guestHotplug, guesttest.HotNode, ready, pinLog))
+	pinned := g.waitFor(t, "a pinned page on node 1", guesttest.Settle, "cat "+ready+" 2>/dev/null; cat "+pinLog,
 		func(out string) bool { return strings.HasPrefix(out, "pid ") || strings.Contains(out, "hotplugtool:") })
 	var pid int
 	var pfn uint64
@@ -210,11 +211,11 @@ func (s *scenario) hotplugDIMM(t *testing.T) {
 	if w.took() < pinnedTimeout || w.took() > pinnedTimeout+3*time.Second {
 		t.Errorf("the cut offline returned after %v, want just past %v", w.took(), pinnedTimeout)
 	}
-	if got := g.sh(t, fmt.Sprintf("cat /sys/devices/system/memory/memory%d/state", block)); got != "online" {
+	if got := g.Sh(t, fmt.Sprintf("cat /sys/devices/system/memory/memory%d/state", block)); got != "online" {
 		t.Errorf("memory%d is %q after the cut offline, want online (the kernel rolls back)", block, got)
 	}
-	g.sh(t, fmt.Sprintf("kill %d", pid))
-	g.waitFor(t, "the pinning process gone", settle, fmt.Sprintf("test -e /proc/%d && echo there || echo gone", pid),
+	g.Sh(t, fmt.Sprintf("kill %d", pid))
+	g.waitFor(t, "the pinning process gone", guesttest.Settle, fmt.Sprintf("test -e /proc/%d && echo there || echo gone", pid),
 		func(out string) bool { return out == "gone" })
 
 	start := time.Now()
@@ -242,10 +243,10 @@ func (s *scenario) hotplugDIMM(t *testing.T) {
 	})
 	defer deleted.Cancel()
 	start = time.Now()
-	if err := g.DeviceDel(ctxFor(t, unplugTimeout), dev); err != nil {
+	if err := g.DeviceDel(guesttest.Context(t, guesttest.UnplugTimeout), dev); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := deleted.Wait(ctxFor(t, qmpTimeout)); err != nil {
+	if _, err := deleted.Wait(guesttest.Context(t, guesttest.QMPTimeout)); err != nil {
 		t.Fatalf("no DEVICE_DELETED for %s: %v", dev, err)
 	}
 	unplugAt := time.Since(start)
@@ -255,9 +256,9 @@ func (s *scenario) hotplugDIMM(t *testing.T) {
 			t.Errorf("%s still present after DEVICE_DELETED", n)
 		}
 	}
-	g.waitFor(t, "MemTotal back to the size without the DIMM", settle, "grep '^MemTotal:' /proc/meminfo",
-		func(out string) bool { return parseMemTotal(t, out) == mem0 })
-	g.waitKubepods(t, "memory.max without the DIMM", settle, func(k kubepods) bool { return k.MemoryMax == wantMemoryMax(mem0) })
+	g.waitFor(t, "MemTotal back to the size without the DIMM", guesttest.Settle, "grep '^MemTotal:' /proc/meminfo",
+		func(out string) bool { return guesttest.ParseMemTotal(t, out) == mem0 })
+	g.WaitKubepods(t, "memory.max without the DIMM", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == guesttest.WantMemoryMax(mem0) })
 	t.Logf("DIMM %s blocks %v: offline %v, online movable %v, offline %v (slowest block each; all three %v); DEVICE_DELETED after %v",
 		dev, names, off1, on, off2, writesAt.Round(time.Millisecond), unplugAt.Round(time.Millisecond))
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/test/vm"
+	"github.com/node-resized/node-resized/test/vm/guesttest"
 )
 
 // overflowDIMM is the DIMM of uevent-overflow: 8 memory blocks, 16 add
@@ -33,48 +34,48 @@ func (s *scenario) ueventOverflow(t *testing.T) {
 	g := s.g
 	restart := func(extra string) {
 		t.Helper()
-		g.sh(t, "kill $(cat "+guestPIDFile+"); while kill -0 $(cat "+guestPIDFile+") 2>/dev/null; do sleep 0.1; done")
-		g.sh(t, "setsid "+guestDaemon+" "+strings.Join(daemonArgs, " ")+extra+" >>"+guestLog+" 2>&1 </dev/null & echo $! >"+guestPIDFile)
-		g.waitStatus(t, "the daemon started again", settle, func(*status) bool { return true })
+		g.Sh(t, "kill $(cat "+guesttest.PIDFile+"); while kill -0 $(cat "+guesttest.PIDFile+") 2>/dev/null; do sleep 0.1; done")
+		g.Sh(t, "setsid "+guesttest.DaemonBin+" "+strings.Join(guesttest.DaemonArgs, " ")+extra+" >>"+guesttest.LogFile+" 2>&1 </dev/null & echo $! >"+guesttest.PIDFile)
+		g.WaitStatus(t, "the daemon started again", guesttest.Settle, func(*guesttest.Status) bool { return true })
 	}
 	restart(fmt.Sprintf(" --uevent-buffer %d", overflowBuffer))
 	normal := false
 	defer func() {
 		if !normal {
-			g.sh(t, "kill -CONT $(cat "+guestPIDFile+"); echo offline >/sys/devices/system/memory/auto_online_blocks")
+			g.Sh(t, "kill -CONT $(cat "+guesttest.PIDFile+"); echo offline >/sys/devices/system/memory/auto_online_blocks")
 			restart("")
 		}
 	}()
-	st0 := g.status(t)
-	last := g.lastChangeID(t)
+	st0 := g.Status(t)
+	last := g.LastChangeID(t)
 	overflow0, rescans0 := s.droppedOverflow(t), s.rebuildsLost(t)
-	mem0 := g.memTotal(t)
+	mem0 := g.MemTotal(t)
 	blocks0 := g.memoryBlocks(t)
 
-	g.sh(t, "echo online_movable >/sys/devices/system/memory/auto_online_blocks && kill -STOP $(cat "+guestPIDFile+")")
-	dev, err := g.HotAddDIMM(ctxFor(t, qmpTimeout), overflowDIMM, hotNode)
+	g.Sh(t, "echo online_movable >/sys/devices/system/memory/auto_online_blocks && kill -STOP $(cat "+guesttest.PIDFile+")")
+	dev, err := g.HotAddDIMM(guesttest.Context(t, guesttest.QMPTimeout), overflowDIMM, guesttest.HotNode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.waitFor(t, "MemTotal with the DIMM (onlined by the kernel)", settle, "grep '^MemTotal:' /proc/meminfo",
-		func(out string) bool { return parseMemTotal(t, out) == mem0+overflowDIMM })
+	g.waitFor(t, "MemTotal with the DIMM (onlined by the kernel)", guesttest.Settle, "grep '^MemTotal:' /proc/meminfo",
+		func(out string) bool { return guesttest.ParseMemTotal(t, out) == mem0+overflowDIMM })
 	var blocks []string
 	for b := range g.memoryBlocks(t) {
 		if !blocks0[b] {
 			blocks = append(blocks, b)
 		}
 	}
-	uevents := g.sh(t, "grep -c ' /devices/system/memory/' "+vm.GuestUeventLog)
+	uevents := g.Sh(t, "grep -c ' /devices/system/memory/' "+vm.GuestUeventLog)
 	start := time.Now()
-	g.sh(t, "kill -CONT $(cat "+guestPIDFile+")")
+	g.Sh(t, "kill -CONT $(cat "+guesttest.PIDFile+")")
 
 	mem := mem0 + overflowDIMM
-	st := g.waitStatus(t, "the daemon's model with the DIMM", settle, func(st *status) bool { return st.memory() == mem })
+	st := g.WaitStatus(t, "the daemon's model with the DIMM", guesttest.Settle, func(st *guesttest.Status) bool { return st.PhysicalMemory() == mem })
 	modelAt := time.Since(start)
-	k := g.waitKubepods(t, "memory.max for the machine with the DIMM", settle, func(k kubepods) bool { return k.MemoryMax == wantMemoryMax(mem) })
+	k := g.WaitKubepods(t, "memory.max for the machine with the DIMM", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == guesttest.WantMemoryMax(mem) })
 	overflow := s.droppedOverflow(t) - overflow0
 	var lost []string
-	for _, c := range changesSince(g.events(t), last) {
+	for _, c := range guesttest.ChangesSince(g.Events(t), last) {
 		lost = append(lost, fmt.Sprintf("#%d %s (%s)", c.ID, triggers(c), c.Rebuild.Kind))
 	}
 	t.Logf("DIMM %s (%d blocks, %d memory uevents in the guest's log) hot-added while the daemon was held with --uevent-buffer %d: "+
@@ -91,7 +92,7 @@ func (s *scenario) ueventOverflow(t *testing.T) {
 	// DIMM first; the rescan then finds no change to record, or be
 	// batched with it, which the change's triggers then say.)
 	lostBatch := false
-	for _, c := range changesSince(g.events(t), last) {
+	for _, c := range guesttest.ChangesSince(g.Events(t), last) {
 		lostBatch = lostBatch || strings.Contains(triggers(c), "lost")
 	}
 	if got := s.rebuildsLost(t) - rescans0; got < 1 && !lostBatch {
@@ -103,7 +104,7 @@ func (s *scenario) ueventOverflow(t *testing.T) {
 
 	// The daemon as before, then the DIMM unplugged: its blocks are
 	// movable, so the kernel lets it go.
-	g.sh(t, "echo offline >/sys/devices/system/memory/auto_online_blocks")
+	g.Sh(t, "echo offline >/sys/devices/system/memory/auto_online_blocks")
 	restart("")
 	normal = true
 	s.unplugDIMM(t, dev, blocks, mem0)

@@ -2,11 +2,9 @@ package vmscenario
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,25 +13,10 @@ import (
 	"github.com/node-resized/node-resized/cgroup"
 	"github.com/node-resized/node-resized/monitor"
 	"github.com/node-resized/node-resized/test/vm"
+	"github.com/node-resized/node-resized/test/vm/guesttest"
 )
 
-const (
-	dimmSize = 256 << 20
-	// hotNode is the NUMA node CPUs and DIMMs are plugged into: node 1,
-	// which has no CPU and no memory at boot.
-	hotNode = 1
-)
-
-// The waits are generous: under TCG on a busy two-core host a guest
-// command takes up to seconds; the slowest step seen (unplugging a DIMM
-// whose 300 MiB of pages the kernel migrates first) took about 3 s, and
-// every wait polls with a deadline of minutes.
-const (
-	bootTimeout   = 5 * time.Minute
-	qmpTimeout    = time.Minute
-	unplugTimeout = 4 * time.Minute
-	settle        = 2 * time.Minute // for the guest or the daemon to follow a change
-)
+const dimmSize = 256 << 20
 
 // scenario is the state the scenarios hand on to each other.
 type scenario struct {
@@ -46,69 +29,23 @@ type scenario struct {
 	memTotal int64    // MemTotal before the DIMM
 }
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestScenarios boots one guest with the daemon and walks it through the
 // hotplug scenarios in order (see the package documentation); each needs
 // the machine the one before left.
 func TestScenarios(t *testing.T) {
 	total := time.Now()
+	cfg := guesttest.Machine(env.kernel, env.initramfs)
+	// The DIMMs' 3.5 GiB of room plus the virtio-mem device's: QEMU
+	// counts its backend against maxmem.
+	cfg.MaxMem += virtioMemDevice.Size
+	cfg.VirtioMem = []vm.VirtioMemDevice{virtioMemDevice}
+	cfg.Shares = []vm.Share{
+		{Tag: "ctl", Path: env.ctlDir, ReadOnly: true},
+		{Tag: "tools", Path: env.toolsDir, ReadOnly: true},
+	}
 	// The guest's console.log and qemu.log stay when the test fails.
-	dir, err := os.MkdirTemp("", "vmscenario-guest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	v, err := vm.Boot(bctx, vm.Config{
-		Kernel:    env.kernel.Image,
-		Initramfs: env.initramfs,
-		Dir:       dir,
-		Accel:     os.Getenv("NODE_RESIZED_VM_ACCEL"),
-		// cpu-hot-unplug unplugs the CPU hot-added in cpu-hot-add.
-		UnplugCPUs: true,
-		CPUs:       1,
-		MaxCPUs:    4,
-		Mem:        512 << 20,
-		Slots:      4,
-		// The DIMMs' 3.5 GiB of room plus the virtio-mem device's: QEMU
-		// counts its backend against maxmem.
-		MaxMem:    4<<30 + virtioMemDevice.Size,
-		VirtioMem: []vm.VirtioMemDevice{virtioMemDevice},
-		Shares: []vm.Share{
-			{Tag: "ctl", Path: env.ctlDir, ReadOnly: true},
-			{Tag: "tools", Path: env.toolsDir, ReadOnly: true},
-		},
-		// NUMA nil: node 0 = CPUs 0-1 and all boot memory, node 1 =
-		// CPUs 2-3 and no memory.
-	})
-	cancel()
-	if err != nil {
-		t.Fatalf("boot: %v (console.log and qemu.log in %s)", err, dir)
-	}
-	s := &scenario{g: guest{v}}
-	t.Cleanup(func() {
-		if out, _, err := v.Exec(context.Background(), "grep -E '\"level\":\"(WARN|ERROR)\"' "+guestLog); err == nil && out != "" {
-			t.Logf("the daemon's warnings and errors:\n%s", out)
-		}
-		if t.Failed() {
-			t.Logf("guest console (tail):\n%s", v.TailConsole(80))
-			if out, _, err := v.Exec(context.Background(), "tail -n 60 "+guestLog+"; echo; tail -n 40 "+vm.GuestUeventLog); err == nil {
-				t.Logf("daemon log and uevents (tail):\n%s", out)
-			}
-		}
-		if err := v.Close(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("the guest's console.log and qemu.log are kept in %s", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	})
+	v := guesttest.Boot(t, guesttest.BootOptions{Name: "vmscenario", ConsoleTail: 80, LogTail: 60}, cfg)
+	s := &scenario{g: guest{guesttest.Guest{VM: v, Ctl: guestCtl, SlowCommand: slowCommand, KubepodsDetail: true}}}
 	t.Logf("kernel %s; binaries and initramfs ready in %v; boot to agent ready %v",
 		env.kernel.Version, env.prepTime.Round(time.Millisecond), v.BootTime().Round(time.Millisecond))
 
@@ -116,57 +53,27 @@ func TestScenarios(t *testing.T) {
 	// next one expects it, so the next one runs; after one that stopped
 	// half-way the rest are skipped. So are those after one that -run
 	// left out: each starts from the machine the one before left.
-	var timings []string
-	var stopped, unselected string
-	step := func(name string, f func(t *testing.T)) {
-		switch {
-		case stopped != "":
-			t.Logf("skipping %s: %s stopped half-way", name, stopped)
-			return
-		case unselected != "":
-			t.Logf("skipping %s: %s was not selected by -run", name, unselected)
-			return
-		}
-		start := time.Now()
-		ran, finished := false, false
-		t.Run(name, func(t *testing.T) {
-			ran = true
-			f(t)
-			finished = true
-		})
-		if !ran {
-			unselected = name
-			return
-		}
-		d := time.Since(start).Round(time.Millisecond)
-		timings = append(timings, fmt.Sprintf("  %-18s %9v", name, d))
-		if !finished {
-			stopped = name
-		}
-	}
-	defer func() {
-		t.Logf("timings:\n  %-18s %9v\n%s\n  %-18s %9v", "boot", v.BootTime().Round(time.Millisecond),
-			strings.Join(timings, "\n"), "total", time.Since(total).Round(time.Millisecond))
-	}()
+	steps := guesttest.NewSteps(t, total, 18)
+	defer steps.LogTimings(v.BootTime())
 
-	step("daemon-up", s.daemonUp)
-	step("cpu-hot-add", s.cpuHotAdd)
+	steps.Run("daemon-up", s.daemonUp)
+	steps.Run("cpu-hot-add", s.cpuHotAdd)
 	// After cpu-hot-add, which checks the daemon's first write of
 	// kubepods' pids.max: virtio-mem's memory changes make the daemon
 	// write it too.
-	step("virtio-mem", s.virtioMem)
-	step("hotplug-cpu", s.hotplugCPU)
-	step("hotplug-dimm", s.hotplugDIMM)
-	step("dimm-hot-add", s.dimmHotAdd)
-	step("dimm-hot-unplug", s.dimmHotUnplug)
-	step("uevent-overflow", s.ueventOverflow)
+	steps.Run("virtio-mem", s.virtioMem)
+	steps.Run("hotplug-cpu", s.hotplugCPU)
+	steps.Run("hotplug-dimm", s.hotplugDIMM)
+	steps.Run("dimm-hot-add", s.dimmHotAdd)
+	steps.Run("dimm-hot-unplug", s.dimmHotUnplug)
+	steps.Run("uevent-overflow", s.ueventOverflow)
 	// The CPU unplug comes last: after a CPU unplug, QEMU 7.2 under TCG
 	// crashes (SIGSEGV) on the next hotplug operation of any kind (CPU
 	// add, DIMM add, DIMM unplug), so oom-in-kubepods, which plugs and
 	// unplugs a DIMM, runs before it.
-	step("oom-in-kubepods", s.oomInKubepods)
-	step("cpu-hot-unplug", s.cpuHotUnplug)
-	if unselected != "" {
+	steps.Run("oom-in-kubepods", s.oomInKubepods)
+	steps.Run("cpu-hot-unplug", s.cpuHotUnplug)
+	if unselected := steps.Unselected(); unselected != "" {
 		t.Skipf("%s and the scenarios after it did not run: they build on each other, so run TestScenarios whole", unselected)
 	}
 }
@@ -175,88 +82,75 @@ func TestScenarios(t *testing.T) {
 // sees the boot machine and has found kubepods.
 func (s *scenario) daemonUp(t *testing.T) {
 	g := s.g
-	if got := g.sh(t, "cat "+vm.GuestSetupStatus); got != "0" {
-		t.Fatalf("setup script exited %s; console:\n%s", got, g.TailConsole(30))
+	g.WaitDaemon(t, guesttest.Settle)
+	s.bootMem = g.MemTotal(t)
+	st := g.Status(t)
+	k := g.Kubepods(t)
+	t.Logf("boot machine: MemTotal %s, cpus online %q; kubepods: %v", guesttest.MiB(s.bootMem), st.CPUs.Online.String(), k)
+	if st.PhysicalCPU() != 1 || st.PhysicalMemory() != s.bootMem {
+		t.Errorf("physical cpu=%d memory=%d, want 1 and MemTotal %d", st.PhysicalCPU(), st.PhysicalMemory(), s.bootMem)
 	}
-	deadline := time.Now().Add(settle)
-	for {
-		out, code := g.run(t, guestCtl+" --socket "+guestSocket+" -o json status")
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon does not answer on %s after %v: %s\nits log:\n%s", guestSocket, settle, out, g.daemonLogTail(t, 40))
-		}
-		time.Sleep(poll)
-	}
-	s.bootMem = g.memTotal(t)
-	st := g.status(t)
-	k := g.kubepods(t)
-	t.Logf("boot machine: MemTotal %s, cpus online %q; kubepods: %v", mib(s.bootMem), st.CPUs.Online.String(), k)
-	if st.cpu() != 1 || st.memory() != s.bootMem {
-		t.Errorf("physical cpu=%d memory=%d, want 1 and MemTotal %d", st.cpu(), st.memory(), s.bootMem)
-	}
-	if k.MemoryMax != wantMemoryMax(s.bootMem) || k.CPUWeight != kubeletWeight(1) || k.CPUs.String() != "0" {
+	if k.MemoryMax != guesttest.WantMemoryMax(s.bootMem) || k.CPUWeight != guesttest.KubeletWeight(1) || k.CPUs.String() != "0" {
 		t.Errorf("kubepods after setup and daemon start: %v; want memory.max=%s cpu.weight=%d cpuset.cpus=0",
-			k, wantMemoryMax(s.bootMem), kubeletWeight(1))
+			k, guesttest.WantMemoryMax(s.bootMem), guesttest.KubeletWeight(1))
 	}
 	e := st.Enforce
 	if len(st.Enforcement) == 0 {
 		t.Fatal("the daemon's status has no enforcement object")
 	}
-	if e.Mode != cgroup.ModeUnified || !e.Found || e.Kubepods != guestKubepods || e.Unsupported != "" {
+	if e.Mode != cgroup.ModeUnified || !e.Found || e.Kubepods != guesttest.KubepodsDir || e.Unsupported != "" {
 		t.Errorf("enforcement mode=%q found=%v kubepods=%q unsupported=%q; want unified, found, %s",
-			e.Mode, e.Found, e.Kubepods, e.Unsupported, guestKubepods)
+			e.Mode, e.Found, e.Kubepods, e.Unsupported, guesttest.KubepodsDir)
 	}
 	if e.Last != nil {
 		t.Logf("enforcer at start: %s", describeChange(*e.Last))
 	}
 	// The memory budget that scenario oom-in-kubepods depends on.
-	t.Logf("guest memory: %s", g.sh(t, "grep -E '^(MemTotal|MemFree|MemAvailable|Shmem|AnonPages|Slab):' /proc/meminfo | tr -s ' ' | tr '\\n' ' '"))
+	t.Logf("guest memory: %s", g.Sh(t, "grep -E '^(MemTotal|MemFree|MemAvailable|Shmem|AnonPages|Slab):' /proc/meminfo | tr -s ' ' | tr '\\n' ' '"))
 }
 
 // cpuHotAdd: a CPU plugged into node 1 is onlined by the daemon (the test
 // does not touch it), counted, and added to kubepods' CPU list and weight.
 func (s *scenario) cpuHotAdd(t *testing.T) {
 	g := s.g
-	before := g.kubepods(t)
-	cpus0 := g.status(t).cpu()
-	present0 := g.cpuSet(t, "/sys/devices/system/cpu/present")
-	last := g.lastChangeID(t)
+	before := g.Kubepods(t)
+	cpus0 := g.Status(t).PhysicalCPU()
+	present0 := g.CPUSet(t, "/sys/devices/system/cpu/present")
+	last := g.LastChangeID(t)
 	metrics0 := g.metrics(t, "node_resized_auto_online_total")
 
 	start := time.Now()
-	dev, err := g.HotAddCPU(ctxFor(t, qmpTimeout), hotNode)
+	dev, err := g.HotAddCPU(guesttest.Context(t, guesttest.QMPTimeout), guesttest.HotNode)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.cpuDev = dev
-	present := g.waitFor(t, "a new present CPU", settle, "cat /sys/devices/system/cpu/present", func(out string) bool {
-		return mustCPUSet(t, out).Len() > present0.Len()
+	present := g.waitFor(t, "a new present CPU", guesttest.Settle, "cat /sys/devices/system/cpu/present", func(out string) bool {
+		return guesttest.MustCPUSet(t, out).Len() > present0.Len()
 	})
-	added := mustCPUSet(t, present).Difference(present0)
+	added := guesttest.MustCPUSet(t, present).Difference(present0)
 	if len(added) != 1 {
 		t.Fatalf("present %q (was %q): want exactly one new CPU", present, present0.String())
 	}
 	s.newCPU = added[0]
 	cpuDir := fmt.Sprintf("/sys/devices/system/cpu/cpu%d", s.newCPU)
 
-	online := g.waitFor(t, fmt.Sprintf("cpu%d online (by the daemon's --auto-online)", s.newCPU), settle,
-		"cat /sys/devices/system/cpu/online", func(out string) bool { return mustCPUSet(t, out).Contains(s.newCPU) })
+	online := g.waitFor(t, fmt.Sprintf("cpu%d online (by the daemon's --auto-online)", s.newCPU), guesttest.Settle,
+		"cat /sys/devices/system/cpu/online", func(out string) bool { return guesttest.MustCPUSet(t, out).Contains(s.newCPU) })
 	onlineAt := time.Since(start)
-	if got := g.sh(t, "cat "+cpuDir+"/online"); got != "1" {
+	if got := g.Sh(t, "cat "+cpuDir+"/online"); got != "1" {
 		t.Errorf("%s/online = %q", cpuDir, got)
 	}
 	if v, ok := onlinedBy(t, g, fmt.Sprintf("cpu%d", s.newCPU)); !ok || v != "1" {
 		t.Errorf("the daemon's log has no record of it onlining cpu%d (wrote %q)", s.newCPU, v)
 	}
-	st := g.waitStatus(t, "one more CPU", settle, func(st *status) bool { return st.cpu() == cpus0+1 })
+	st := g.WaitStatus(t, "one more CPU", guesttest.Settle, func(st *guesttest.Status) bool { return st.PhysicalCPU() == cpus0+1 })
 	modelAt := time.Since(start)
 	if !st.CPUs.Online.Contains(s.newCPU) {
 		t.Errorf("the daemon's online CPUs %q lack cpu%d", st.CPUs.Online.String(), s.newCPU)
 	}
-	want := kubeletWeight(cpus0 + 1)
-	k := g.waitKubepods(t, fmt.Sprintf("cpuset.cpus with cpu%d and cpu.weight %d", s.newCPU, want), settle, func(k kubepods) bool {
+	want := guesttest.KubeletWeight(cpus0 + 1)
+	k := g.WaitKubepods(t, fmt.Sprintf("cpuset.cpus with cpu%d and cpu.weight %d", s.newCPU, want), guesttest.Settle, func(k guesttest.Kubepods) bool {
 		return k.CPUs.Contains(s.newCPU) && k.CPUWeight == want
 	})
 	cgroupAt := time.Since(start)
@@ -275,7 +169,7 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 	// The kubelet limits kubepods' pids.max to the smaller of pid_max and
 	// threads-max (less the pid reservations; none here); the setup left
 	// it at "max", so only the daemon can have written it.
-	limit := g.sh(t, `p=$(cat /proc/sys/kernel/pid_max); m=$(cat /proc/sys/kernel/threads-max); [ "$p" -lt "$m" ] && echo $p || echo $m`)
+	limit := g.Sh(t, `p=$(cat /proc/sys/kernel/pid_max); m=$(cat /proc/sys/kernel/threads-max); [ "$p" -lt "$m" ] && echo $p || echo $m`)
 	if before.PidsMax != "max" || k.PidsMax != limit {
 		t.Errorf("pids.max %s before, %s after; want max, then min(pid_max, threads-max) = %s", before.PidsMax, k.PidsMax, limit)
 	}
@@ -283,8 +177,8 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 		onlineAt.Round(time.Millisecond), modelAt.Round(time.Millisecond), cgroupAt.Round(time.Millisecond))
 	t.Logf("kubepods before: %v", before)
 	t.Logf("kubepods after:  %v", k)
-	logChanges(t, changesSince(g.events(t), last))
-	logEnforcement(t, g.status(t).Enforce, time.Time{})
+	logChanges(t, guesttest.ChangesSince(g.Events(t), last))
+	logEnforcement(t, g.Status(t).Enforce, time.Time{})
 	t.Logf("auto-online counter: %v -> %v", metrics0, g.metrics(t, "node_resized_auto_online_total"))
 }
 
@@ -292,10 +186,10 @@ func (s *scenario) cpuHotAdd(t *testing.T) {
 // movable, counts the memory and grows kubepods' memory.max.
 func (s *scenario) dimmHotAdd(t *testing.T) {
 	g := s.g
-	s.memTotal = g.memTotal(t)
+	s.memTotal = g.MemTotal(t)
 	s.dimmDev, s.dimm = s.plugDIMM(t)
-	k := g.kubepods(t)
-	if k.CPUs.String() != g.sh(t, "cat /sys/devices/system/cpu/online") {
+	k := g.Kubepods(t)
+	if k.CPUs.String() != g.Sh(t, "cat /sys/devices/system/cpu/online") {
 		t.Errorf("kubepods cpuset.cpus %q changed on a DIMM hot-add", k.CPUs.String())
 	}
 }
@@ -305,22 +199,22 @@ func (s *scenario) dimmHotAdd(t *testing.T) {
 // kubepods' memory.max. It returns the device id and the new blocks.
 func (s *scenario) plugDIMM(t *testing.T) (string, []string) {
 	g := s.g
-	blockSize, err := strconv.ParseUint(g.sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
+	blockSize, err := strconv.ParseUint(g.Sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nblocks := int(dimmSize / blockSize)
 	blocks0 := g.memoryBlocks(t)
-	mem0 := g.memTotal(t)
-	before := g.kubepods(t)
-	last := g.lastChangeID(t)
+	mem0 := g.MemTotal(t)
+	before := g.Kubepods(t)
+	last := g.LastChangeID(t)
 
 	start := time.Now()
-	dev, err := g.HotAddDIMM(ctxFor(t, qmpTimeout), dimmSize, hotNode)
+	dev, err := g.HotAddDIMM(guesttest.Context(t, guesttest.QMPTimeout), dimmSize, guesttest.HotNode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.waitFor(t, fmt.Sprintf("%d new memory blocks", nblocks), settle,
+	g.waitFor(t, fmt.Sprintf("%d new memory blocks", nblocks), guesttest.Settle,
 		"ls -d /sys/devices/system/memory/memory[0-9]* | wc -l",
 		func(out string) bool { n, _ := strconv.Atoi(out); return n >= len(blocks0)+nblocks })
 	var blocks []string
@@ -338,7 +232,7 @@ func (s *scenario) plugDIMM(t *testing.T) (string, []string) {
 		stateCmd += " " + b + "/state"
 		zoneCmd += " " + b + "/valid_zones"
 	}
-	g.waitFor(t, fmt.Sprintf("blocks %v online (by the daemon's --auto-online)", blocks), settle, stateCmd,
+	g.waitFor(t, fmt.Sprintf("blocks %v online (by the daemon's --auto-online)", blocks), guesttest.Settle, stateCmd,
 		func(out string) bool {
 			return strings.Count(out, "online") == nblocks && !strings.Contains(out, "offline")
 		})
@@ -348,31 +242,31 @@ func (s *scenario) plugDIMM(t *testing.T) (string, []string) {
 			t.Errorf("the daemon onlined %s by writing %q to its state, want online_movable (found in its log: %v)", b, v, ok)
 		}
 	}
-	if zones := strings.Fields(g.sh(t, zoneCmd)); strings.Join(zones, " ") != strings.TrimSpace(strings.Repeat("Movable ", nblocks)) {
+	if zones := strings.Fields(g.Sh(t, zoneCmd)); strings.Join(zones, " ") != strings.TrimSpace(strings.Repeat("Movable ", nblocks)) {
 		t.Errorf("valid_zones of %v = %q, want Movable (onlined movable)", blocks, zones)
 	}
 	for _, b := range blocks {
-		if got := g.sh(t, "cd /sys/devices/system/memory/"+b+" && ls -d node*"); got != fmt.Sprintf("node%d", hotNode) {
-			t.Errorf("%s is on %s, want node%d", b, got, hotNode)
+		if got := g.Sh(t, "cd /sys/devices/system/memory/"+b+" && ls -d node*"); got != fmt.Sprintf("node%d", guesttest.HotNode) {
+			t.Errorf("%s is on %s, want node%d", b, got, guesttest.HotNode)
 		}
 	}
-	memLine := g.waitFor(t, "MemTotal to grow by the DIMM", settle, "grep '^MemTotal:' /proc/meminfo",
-		func(out string) bool { return parseMemTotal(t, out) == mem0+dimmSize })
-	mem := parseMemTotal(t, memLine)
-	st := g.waitStatus(t, "the DIMM's memory", settle, func(st *status) bool { return st.memory() == mem })
+	memLine := g.waitFor(t, "MemTotal to grow by the DIMM", guesttest.Settle, "grep '^MemTotal:' /proc/meminfo",
+		func(out string) bool { return guesttest.ParseMemTotal(t, out) == mem0+dimmSize })
+	mem := guesttest.ParseMemTotal(t, memLine)
+	st := g.WaitStatus(t, "the DIMM's memory", guesttest.Settle, func(st *guesttest.Status) bool { return st.PhysicalMemory() == mem })
 	modelAt := time.Since(start)
-	want := wantMemoryMax(mem)
-	k := g.waitKubepods(t, "memory.max = MemTotal - 96Mi", settle, func(k kubepods) bool { return k.MemoryMax == want })
+	want := guesttest.WantMemoryMax(mem)
+	k := g.WaitKubepods(t, "memory.max = MemTotal - 96Mi", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == want })
 	cgroupAt := time.Since(start)
 	if k.CPUWeight != before.CPUWeight {
 		t.Errorf("cpu.weight changed from %d to %d on a DIMM hot-add", before.CPUWeight, k.CPUWeight)
 	}
 	t.Logf("DIMM %s (%s, blocks %v on node%d): online after %v, in the model after %v (physical memory %s), in kubepods after %v",
-		dev, mib(dimmSize), blocks, hotNode, onlineAt.Round(time.Millisecond), modelAt.Round(time.Millisecond),
-		mib(st.memory()), cgroupAt.Round(time.Millisecond))
-	t.Logf("kubepods memory.max %s -> %s (MemTotal %s -> %s)", before.MemoryMax, k.MemoryMax, mib(mem0), mib(mem))
-	logChanges(t, changesSince(g.events(t), last))
-	logEnforcement(t, g.status(t).Enforce, time.Time{})
+		dev, guesttest.MiB(dimmSize), blocks, guesttest.HotNode, onlineAt.Round(time.Millisecond), modelAt.Round(time.Millisecond),
+		guesttest.MiB(st.PhysicalMemory()), cgroupAt.Round(time.Millisecond))
+	t.Logf("kubepods memory.max %s -> %s (MemTotal %s -> %s)", before.MemoryMax, k.MemoryMax, guesttest.MiB(mem0), guesttest.MiB(mem))
+	logChanges(t, guesttest.ChangesSince(g.Events(t), last))
+	logEnforcement(t, g.Status(t).Enforce, time.Time{})
 	return dev, blocks
 }
 
@@ -396,19 +290,19 @@ type clampReport struct {
 // and kubepods' memory.max to follow.
 func (s *scenario) unplugDIMM(t *testing.T, dev string, blocks []string, wantMem int64) clampReport {
 	g := s.g
-	last := g.lastChangeID(t)
-	before := g.kubepods(t)
-	clampLogs := len(g.daemonLog(t, "kubepods clamped"))
+	last := g.LastChangeID(t)
+	before := g.Kubepods(t)
+	clampLogs := len(g.DaemonLog(t, "kubepods clamped"))
 	sum0, count0 := s.clampHistogram(t)
-	uevents0 := g.sh(t, "wc -l <"+vm.GuestUeventLog)
-	mark := enforcerMark(g.status(t).Enforce)
+	uevents0 := g.Sh(t, "wc -l <"+vm.GuestUeventLog)
+	mark := enforcerMark(g.Status(t).Enforce)
 
 	start := time.Now()
-	err := g.DeviceDel(ctxFor(t, unplugTimeout), dev)
+	err := g.DeviceDel(guesttest.Context(t, guesttest.UnplugTimeout), dev)
 	var eject *vm.EjectError
 	if errors.As(err, &eject) {
 		t.Fatalf("the guest refused to eject the DIMM: %v; blocks: %s", err,
-			g.sh(t, "cd /sys/devices/system/memory && for b in "+strings.Join(blocks, " ")+"; do echo $b $(cat $b/state $b/valid_zones); done"))
+			g.Sh(t, "cd /sys/devices/system/memory && for b in "+strings.Join(blocks, " ")+"; do echo $b $(cat $b/state $b/valid_zones); done"))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -423,7 +317,7 @@ func (s *scenario) unplugDIMM(t *testing.T, dev string, blocks []string, wantMem
 	// What the kernel did on the eject: it offlined the blocks itself
 	// (the guest's uevent log is written by a hook per event, a moment
 	// later).
-	g.waitFor(t, "the kernel's offline and remove uevents for the DIMM's blocks", settle,
+	g.waitFor(t, "the kernel's offline and remove uevents for the DIMM's blocks", guesttest.Settle,
 		fmt.Sprintf("tail -n +%d %s", atoi(t, uevents0)+1, vm.GuestUeventLog), func(out string) bool {
 			for _, b := range blocks {
 				for _, action := range []string{"offline", "remove"} {
@@ -434,23 +328,23 @@ func (s *scenario) unplugDIMM(t *testing.T, dev string, blocks []string, wantMem
 			}
 			return true
 		})
-	memLine := g.waitFor(t, "MemTotal back to the size without the DIMM", settle, "grep '^MemTotal:' /proc/meminfo",
-		func(out string) bool { return parseMemTotal(t, out) == wantMem })
-	mem := parseMemTotal(t, memLine)
-	g.waitStatus(t, "the memory without the DIMM", settle, func(st *status) bool { return st.memory() == mem })
+	memLine := g.waitFor(t, "MemTotal back to the size without the DIMM", guesttest.Settle, "grep '^MemTotal:' /proc/meminfo",
+		func(out string) bool { return guesttest.ParseMemTotal(t, out) == wantMem })
+	mem := guesttest.ParseMemTotal(t, memLine)
+	g.WaitStatus(t, "the memory without the DIMM", guesttest.Settle, func(st *guesttest.Status) bool { return st.PhysicalMemory() == mem })
 	modelAt := time.Since(start)
-	want := wantMemoryMax(mem)
-	k := g.waitKubepods(t, "memory.max clamped to MemTotal - 96Mi", settle, func(k kubepods) bool { return k.MemoryMax == want })
+	want := guesttest.WantMemoryMax(mem)
+	k := g.WaitKubepods(t, "memory.max clamped to MemTotal - 96Mi", guesttest.Settle, func(k guesttest.Kubepods) bool { return k.MemoryMax == want })
 	cgroupAt := time.Since(start)
 	t.Logf("DIMM %s unplugged (DEVICE_DELETED) after %v; in the model after %v; kubepods clamped after %v",
 		dev, unplugAt.Round(time.Millisecond), modelAt.Round(time.Millisecond), cgroupAt.Round(time.Millisecond))
 	t.Logf("kubepods memory.max %s -> %s (MemTotal %s); oom_kill %d -> %d",
-		before.MemoryMax, k.MemoryMax, mib(mem), before.OOMKills, k.OOMKills)
+		before.MemoryMax, k.MemoryMax, guesttest.MiB(mem), before.OOMKills, k.OOMKills)
 
 	var r clampReport
-	r.changes = changesSince(g.events(t), last)
+	r.changes = guesttest.ChangesSince(g.Events(t), last)
 	logChanges(t, r.changes)
-	st := g.status(t)
+	st := g.Status(t)
 	for i := len(st.Enforce.History) - 1; i >= 0; i-- {
 		if c := st.Enforce.History[i]; c.Action == cgroup.KindClamp && c.Time.After(mark) {
 			r.clamp = &c
@@ -474,7 +368,7 @@ func (s *scenario) unplugDIMM(t *testing.T, dev string, blocks []string, wantMem
 	} else {
 		t.Logf("status.enforcement.last has no latency field; the latency comes from the daemon's log and metrics")
 	}
-	for _, rec := range g.daemonLog(t, "kubepods clamped")[clampLogs:] {
+	for _, rec := range g.DaemonLog(t, "kubepods clamped")[clampLogs:] {
 		if ns, ok := rec["latency"].(float64); ok {
 			r.latency = append(r.latency, time.Duration(ns))
 		}
@@ -516,53 +410,53 @@ func (s *scenario) clampHistogram(t *testing.T) (sum float64, count float64) {
 // list and weight follow.
 func (s *scenario) cpuHotUnplug(t *testing.T) {
 	g := s.g
-	before := g.kubepods(t)
-	cpus0 := g.status(t).cpu()
-	last := g.lastChangeID(t)
-	uevents0 := g.sh(t, "wc -l <"+vm.GuestUeventLog)
+	before := g.Kubepods(t)
+	cpus0 := g.Status(t).PhysicalCPU()
+	last := g.LastChangeID(t)
+	uevents0 := g.Sh(t, "wc -l <"+vm.GuestUeventLog)
 	cpuDir := fmt.Sprintf("/sys/devices/system/cpu/cpu%d", s.newCPU)
-	mark := enforcerMark(g.status(t).Enforce)
+	mark := enforcerMark(g.Status(t).Enforce)
 
 	start := time.Now()
 	offlinedByTest := false
-	err := g.DeviceDel(ctxFor(t, unplugTimeout), s.cpuDev)
+	err := g.DeviceDel(guesttest.Context(t, guesttest.UnplugTimeout), s.cpuDev)
 	var eject *vm.EjectError
 	if errors.As(err, &eject) {
 		// The kernel did not offline it on the eject: offline it in the
 		// guest, as a hotplug agent would, and ask again.
 		t.Logf("the guest refused the eject (%v): offlining cpu%d in the guest and retrying", err, s.newCPU)
-		g.sh(t, "echo 0 >"+cpuDir+"/online")
+		g.Sh(t, "echo 0 >"+cpuDir+"/online")
 		offlinedByTest = true
-		err = g.DeviceDel(ctxFor(t, unplugTimeout), s.cpuDev)
+		err = g.DeviceDel(guesttest.Context(t, guesttest.UnplugTimeout), s.cpuDev)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	unplugAt := time.Since(start)
-	g.waitFor(t, "the CPU gone from online and present", settle,
+	g.waitFor(t, "the CPU gone from online and present", guesttest.Settle,
 		"cat /sys/devices/system/cpu/online /sys/devices/system/cpu/present",
 		func(out string) bool {
 			for _, l := range strings.Split(out, "\n") {
-				if mustCPUSet(t, l).Contains(s.newCPU) {
+				if guesttest.MustCPUSet(t, l).Contains(s.newCPU) {
 					return false
 				}
 			}
 			return true
 		})
-	g.sh(t, "test ! -e "+cpuDir)
-	uevents := g.waitFor(t, fmt.Sprintf("the kernel's remove uevent for cpu%d", s.newCPU), settle,
+	g.Sh(t, "test ! -e "+cpuDir)
+	uevents := g.waitFor(t, fmt.Sprintf("the kernel's remove uevent for cpu%d", s.newCPU), guesttest.Settle,
 		fmt.Sprintf("tail -n +%d %s", atoi(t, uevents0)+1, vm.GuestUeventLog), func(out string) bool {
 			return strings.Contains(out, fmt.Sprintf(" remove /devices/system/cpu/cpu%d cpu", s.newCPU))
 		})
 	offlinedByKernel := !offlinedByTest && strings.Contains(uevents, fmt.Sprintf(" offline /devices/system/cpu/cpu%d cpu", s.newCPU))
-	st := g.waitStatus(t, "one CPU less", settle, func(st *status) bool { return st.cpu() == cpus0-1 })
+	st := g.WaitStatus(t, "one CPU less", guesttest.Settle, func(st *guesttest.Status) bool { return st.PhysicalCPU() == cpus0-1 })
 	modelAt := time.Since(start)
 	if st.CPUs.Online.Contains(s.newCPU) {
 		t.Errorf("the daemon's online CPUs %q still list cpu%d", st.CPUs.Online.String(), s.newCPU)
 	}
-	want := kubeletWeight(cpus0 - 1)
-	online := g.sh(t, "cat /sys/devices/system/cpu/online")
-	k := g.waitKubepods(t, fmt.Sprintf("cpuset.cpus without cpu%d and cpu.weight %d", s.newCPU, want), settle, func(k kubepods) bool {
+	want := guesttest.KubeletWeight(cpus0 - 1)
+	online := g.Sh(t, "cat /sys/devices/system/cpu/online")
+	k := g.WaitKubepods(t, fmt.Sprintf("cpuset.cpus without cpu%d and cpu.weight %d", s.newCPU, want), guesttest.Settle, func(k guesttest.Kubepods) bool {
 		return !k.CPUs.Contains(s.newCPU) && k.CPUWeight == want
 	})
 	cgroupAt := time.Since(start)
@@ -576,13 +470,13 @@ func (s *scenario) cpuHotUnplug(t *testing.T) {
 		s.newCPU, s.cpuDev, unplugAt.Round(time.Millisecond), offlinedByKernel, modelAt.Round(time.Millisecond), cgroupAt.Round(time.Millisecond))
 	t.Logf("kubepods before: %v", before)
 	t.Logf("kubepods after:  %v", k)
-	logChanges(t, changesSince(g.events(t), last))
-	logEnforcement(t, g.status(t).Enforce, mark)
+	logChanges(t, guesttest.ChangesSince(g.Events(t), last))
+	logEnforcement(t, g.Status(t).Enforce, mark)
 }
 
 // The pod cgroup of scenario oom-in-kubepods.
 const (
-	podCgroup = guestKubepods + "/burstable/pod-test"
+	podCgroup = guesttest.KubepodsDir + "/burstable/pod-test"
 	hogReady  = "/run/hog.ready"
 	hogLog    = "/run/hog.log"
 )
@@ -594,10 +488,10 @@ const (
 // daemon and the command agent, outside kubepods, live on.
 func (s *scenario) oomInKubepods(t *testing.T) {
 	g := s.g
-	base := g.memTotal(t)
-	clampTo := base - reserved
+	base := g.MemTotal(t)
+	clampTo := base - guesttest.Reserved
 	dev, blocks := s.plugDIMM(t)
-	pid0 := g.sh(t, "cat "+guestPIDFile)
+	pid0 := g.Sh(t, "cat "+guesttest.PIDFile)
 
 	// What the machine will have for the pod once the DIMM is gone:
 	// what is available now less the DIMM (the DIMM's struct pages, which
@@ -615,40 +509,40 @@ func (s *scenario) oomInKubepods(t *testing.T) {
 	availAfter := memInfo(t, g, "MemAvailable") - dimmSize
 	target := clampTo + overPod
 	t.Logf("once the DIMM is gone: MemTotal %s, available %s, kubepods memory.max %s; the pod will hold %s, leaving %s",
-		mib(base), mib(availAfter), mib(clampTo), mib(target), mib(availAfter-target))
+		guesttest.MiB(base), guesttest.MiB(availAfter), guesttest.MiB(clampTo), guesttest.MiB(target), guesttest.MiB(availAfter-target))
 	if availAfter-target < headroom {
 		t.Fatalf("no room: a pod above kubepods' clamped memory.max (%s) would not fit in the memory available without the DIMM (%s): "+
-			"the guest itself uses more than the 96Mi the kubelet configuration reserves for it", mib(clampTo), mib(availAfter))
+			"the guest itself uses more than the 96Mi the kubelet configuration reserves for it", guesttest.MiB(clampTo), guesttest.MiB(availAfter))
 	}
 
-	g.sh(t, "mkdir -p "+podCgroup)
-	pid := g.sh(t, fmt.Sprintf("rm -f %s; sh -c 'echo $$ >%s/cgroup.procs && exec %s hog %s %d %s' >%s 2>&1 </dev/null & echo $!",
+	g.Sh(t, "mkdir -p "+podCgroup)
+	pid := g.Sh(t, fmt.Sprintf("rm -f %s; sh -c 'echo $$ >%s/cgroup.procs && exec %s hog %s %d %s' >%s 2>&1 </dev/null & echo $!",
 		hogReady, podCgroup, guestTool, podCgroup, target, hogReady, hogLog))
-	ready := g.waitFor(t, fmt.Sprintf("the pod to hold %s", mib(target)), settle,
+	ready := g.waitFor(t, fmt.Sprintf("the pod to hold %s", guesttest.MiB(target)), guesttest.Settle,
 		"cat "+hogReady+" 2>/dev/null; cat "+hogLog,
 		func(out string) bool { return strings.HasPrefix(out, "pid ") || strings.Contains(out, "vmtool:") })
 	if !strings.HasPrefix(ready, "pid "+pid+" ") {
 		t.Fatalf("the pod's process: %q (want pid %s)", ready, pid)
 	}
-	if got := g.sh(t, "cat /proc/"+pid+"/cgroup"); got != "0::/kubepods/burstable/pod-test" {
+	if got := g.Sh(t, "cat /proc/"+pid+"/cgroup"); got != "0::/kubepods/burstable/pod-test" {
 		t.Fatalf("the pod's process is in %q", got)
 	}
 	used := g.readInt(t, podCgroup+"/memory.current")
-	before := g.kubepods(t)
+	before := g.Kubepods(t)
 	podOOM0 := g.memoryEventsOOMKill(t, podCgroup)
 	maxBefore, _ := strconv.ParseInt(before.MemoryMax, 10, 64)
 	t.Logf("pod-test holds %s (%s); kubepods memory.max %s, after the clamp it will be %s; MemAvailable %s",
-		mib(used), strings.TrimSpace(ready), mib(maxBefore), mib(clampTo), mib(memInfo(t, g, "MemAvailable")))
+		guesttest.MiB(used), strings.TrimSpace(ready), guesttest.MiB(maxBefore), guesttest.MiB(clampTo), guesttest.MiB(memInfo(t, g, "MemAvailable")))
 	if used <= clampTo || used >= maxBefore {
-		t.Fatalf("pod-test uses %s: want more than the clamped %s and less than %s", mib(used), mib(clampTo), mib(maxBefore))
+		t.Fatalf("pod-test uses %s: want more than the clamped %s and less than %s", guesttest.MiB(used), guesttest.MiB(clampTo), guesttest.MiB(maxBefore))
 	}
-	dmesg0 := atoi(t, g.sh(t, "dmesg | wc -l"))
+	dmesg0 := atoi(t, g.Sh(t, "dmesg | wc -l"))
 
 	r := s.unplugDIMM(t, dev, blocks, base)
 
-	g.waitFor(t, "the pod's process to be killed", settle, "test -e /proc/"+pid+" && cat /proc/"+pid+"/status | grep State || echo gone",
+	g.waitFor(t, "the pod's process to be killed", guesttest.Settle, "test -e /proc/"+pid+" && cat /proc/"+pid+"/status | grep State || echo gone",
 		func(out string) bool { return out == "gone" })
-	k := g.kubepods(t)
+	k := g.Kubepods(t)
 	podOOM := g.memoryEventsOOMKill(t, podCgroup)
 	if k.OOMKills <= before.OOMKills {
 		t.Errorf("kubepods memory.events oom_kill %d -> %d: no OOM kill inside kubepods", before.OOMKills, k.OOMKills)
@@ -656,7 +550,7 @@ func (s *scenario) oomInKubepods(t *testing.T) {
 	if podOOM <= podOOM0 {
 		t.Errorf("pod-test memory.events oom_kill %d -> %d", podOOM0, podOOM)
 	}
-	dmesg := g.sh(t, fmt.Sprintf("dmesg | tail -n +%d | grep -E 'oom-kill:|Killed process|out of memory|Out of memory' || true", dmesg0+1))
+	dmesg := g.Sh(t, fmt.Sprintf("dmesg | tail -n +%d | grep -E 'oom-kill:|Killed process|out of memory|Out of memory' || true", dmesg0+1))
 	t.Logf("kernel:\n%s", dmesg)
 	if !strings.Contains(dmesg, "Memory cgroup out of memory: Killed process "+pid+" (vmtool)") {
 		t.Errorf("the kernel's log does not show a memory cgroup OOM kill of %s", pid)
@@ -672,10 +566,10 @@ func (s *scenario) oomInKubepods(t *testing.T) {
 	// The guest's own processes are untouched: the daemon (same process,
 	// still answering) and the agent (this very command).
 	g.daemonAlive(t)
-	if pid1 := g.sh(t, "cat "+guestPIDFile); pid1 != pid0 {
+	if pid1 := g.Sh(t, "cat "+guesttest.PIDFile); pid1 != pid0 {
 		t.Errorf("the daemon's pid changed from %s to %s", pid0, pid1)
 	}
-	if out := g.sh(t, "echo agent-alive"); out != "agent-alive" {
+	if out := g.Sh(t, "echo agent-alive"); out != "agent-alive" {
 		t.Errorf("agent: %q", out)
 	}
 	// Shrinking memory.max below the usage OOM-kills inside the write, so
@@ -695,8 +589,8 @@ func onlinedBy(t testing.TB, g guest, device string) (value string, ok bool) {
 	t.Helper()
 	// The daemon logs the write after the kernel has done it: wait for the
 	// record a while rather than read the log once.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(poll) {
-		for _, rec := range g.daemonLog(t, "brought a hot-added device online") {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(guesttest.Poll) {
+		for _, rec := range g.DaemonLog(t, "brought a hot-added device online") {
 			if rec["device"] == device {
 				value, _ = rec["value"].(string)
 				ok = true
@@ -710,7 +604,7 @@ func onlinedBy(t testing.TB, g guest, device string) (value string, ok bool) {
 
 func memInfo(t testing.TB, g guest, field string) int64 {
 	t.Helper()
-	out := g.sh(t, "grep '^"+field+":' /proc/meminfo")
+	out := g.Sh(t, "grep '^"+field+":' /proc/meminfo")
 	f := strings.Fields(out)
 	if len(f) != 3 {
 		t.Fatalf("meminfo %s: %q", field, out)
@@ -747,7 +641,7 @@ func logChanges(t *testing.T, changes []monitor.Change) {
 	}
 	for _, c := range changes {
 		t.Logf("model change #%d: %d uevent(s), detection latency %v, triggers %v, capacity cpu=%d memory=%s",
-			c.ID, c.Events, c.Latency().Round(time.Microsecond), triggers(c), c.Capacity["cpu"]/1000, mib(c.Capacity["memory"]))
+			c.ID, c.Events, c.Latency().Round(time.Microsecond), triggers(c), c.Capacity["cpu"]/1000, guesttest.MiB(c.Capacity["memory"]))
 	}
 }
 
@@ -800,7 +694,7 @@ func describeChange(c cgroup.Change) string {
 	}
 	for _, f := range c.Files {
 		if f.Written {
-			fmt.Fprintf(&b, "; %s: %q -> %q", strings.TrimPrefix(f.Path, guestCgroupRoot+"/"), f.Before, f.After)
+			fmt.Fprintf(&b, "; %s: %q -> %q", strings.TrimPrefix(f.Path, guesttest.CgroupRoot+"/"), f.Before, f.After)
 		}
 	}
 	if c.OOMKillsBefore != nil && c.OOMKillsAfter != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/node-resized/node-resized/test/vm"
+	"github.com/node-resized/node-resized/test/vm/guesttest"
 )
 
 // The guest's virtio-mem device: on node 0, nothing plugged at boot,
@@ -48,11 +49,11 @@ type virtioMemStep struct {
 func (s *scenario) virtioMem(t *testing.T) {
 	g := s.g
 	dev := virtioMemDevice
-	blockSize, err := strconv.ParseUint(g.sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
+	blockSize, err := strconv.ParseUint(g.Sh(t, "cat /sys/devices/system/memory/block_size_bytes"), 16, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := g.VirtioMemInfo(ctxFor(t, qmpTimeout), dev.ID)
+	info, err := g.VirtioMemInfo(guesttest.Context(t, guesttest.QMPTimeout), dev.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +62,14 @@ func (s *scenario) virtioMem(t *testing.T) {
 		id, err := strconv.Atoi(strings.TrimPrefix(name, "memory"))
 		return err == nil && id >= first && uint64(id-first) < info.MaxSize/blockSize
 	}
-	policy := g.sh(t, "cat /sys/devices/system/memory/auto_online_blocks")
-	driver := g.sh(t, "dmesg 2>&1 | grep -E 'virtio_mem|dmesg' || echo 'no virtio_mem lines in dmesg'")
+	policy := g.Sh(t, "cat /sys/devices/system/memory/auto_online_blocks")
+	driver := g.Sh(t, "dmesg 2>&1 | grep -E 'virtio_mem|dmesg' || echo 'no virtio_mem lines in dmesg'")
 	t.Logf("virtio-mem %s: region %#x (+%d MiB, blocks memory%d-memory%d), block size %d KiB; auto_online_blocks %q; the driver:\n%s",
 		dev.ID, info.MemAddr, info.MaxSize>>20, first, first+int(info.MaxSize/blockSize)-1, info.BlockSize>>10, policy, driver)
 	if info.Size != 0 {
 		t.Fatalf("the device starts with %d bytes plugged, want 0", info.Size)
 	}
-	mem0 := g.memTotal(t)
+	mem0 := g.MemTotal(t)
 
 	var steps []virtioMemStep
 	for _, to := range virtioMemSteps {
@@ -86,8 +87,8 @@ func (s *scenario) virtioMem(t *testing.T) {
 			st.to>>20, st.sizeAt.Round(time.Millisecond), vm.FormatSizes(st.seen), st.memAt.Round(time.Millisecond),
 			st.blocksAt.Round(time.Millisecond), st.added, st.removed, strings.Join(acts, ", "), st.other, st.iomem)
 	}
-	g.waitKubepods(t, "memory.max back to the machine without virtio-mem memory", settle,
-		func(k kubepods) bool { return k.MemoryMax == wantMemoryMax(mem0) })
+	g.WaitKubepods(t, "memory.max back to the machine without virtio-mem memory", guesttest.Settle,
+		func(k guesttest.Kubepods) bool { return k.MemoryMax == guesttest.WantMemoryMax(mem0) })
 }
 
 // virtioMemStep sets the requested size and waits for the device, the
@@ -96,7 +97,7 @@ func (s *scenario) virtioMemStep(t *testing.T, id string, to uint64, mem0 int64,
 	g := s.g
 	st := virtioMemStep{to: to, uevents: map[string]int{}}
 	listBlocks := func() map[string]string {
-		out := g.sh(t, "cd /sys/devices/system/memory && for b in memory[0-9]*; do echo $b $(cat $b/state); done")
+		out := g.Sh(t, "cd /sys/devices/system/memory && for b in memory[0-9]*; do echo $b $(cat $b/state); done")
 		m := map[string]string{}
 		for _, l := range strings.Split(out, "\n") {
 			if f := strings.Fields(l); len(f) == 2 && ours(f[0]) {
@@ -107,29 +108,29 @@ func (s *scenario) virtioMemStep(t *testing.T, id string, to uint64, mem0 int64,
 	}
 	before := listBlocks()
 	// The log appears with the first uevent after boot.
-	uevents0 := atoi(t, g.sh(t, "cat "+vm.GuestUeventLog+" 2>/dev/null | wc -l"))
+	uevents0 := atoi(t, g.Sh(t, "cat "+vm.GuestUeventLog+" 2>/dev/null | wc -l"))
 
 	start := time.Now()
-	if err := g.SetVirtioMemRequested(ctxFor(t, qmpTimeout), id, to); err != nil {
+	if err := g.SetVirtioMemRequested(guesttest.Context(t, guesttest.QMPTimeout), id, to); err != nil {
 		t.Fatal(err)
 	}
 	var err error
-	st.sizeAt, st.seen, err = g.WaitVirtioMemSize(ctxFor(t, settle), id, to, settle)
+	st.sizeAt, st.seen, err = g.WaitVirtioMemSize(guesttest.Context(t, guesttest.Settle), id, to, guesttest.Settle)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.sizeAt = time.Since(start)
 
 	want := mem0 + int64(to)
-	g.waitFor(t, fmt.Sprintf("MemTotal %s with %d MiB of virtio-mem memory", mib(want), to>>20), settle,
-		"grep '^MemTotal:' /proc/meminfo", func(out string) bool { return parseMemTotal(t, out) == want })
+	g.waitFor(t, fmt.Sprintf("MemTotal %s with %d MiB of virtio-mem memory", guesttest.MiB(want), to>>20), guesttest.Settle,
+		"grep '^MemTotal:' /proc/meminfo", func(out string) bool { return guesttest.ParseMemTotal(t, out) == want })
 	st.memAt = time.Since(start)
 
 	// The driver adds and removes whole blocks; every block it holds is
 	// online (by the daemon) once MemTotal is there.
 	wantBlocks := int((to + blockSize - 1) / blockSize)
 	var after map[string]string
-	deadline := time.Now().Add(settle)
+	deadline := time.Now().Add(guesttest.Settle)
 	for {
 		after = listBlocks()
 		online := 0
@@ -142,9 +143,9 @@ func (s *scenario) virtioMemStep(t *testing.T, id string, to uint64, mem0 int64,
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the device's blocks after %v: %v, want %d online", settle, after, wantBlocks)
+			t.Fatalf("the device's blocks after %v: %v, want %d online", guesttest.Settle, after, wantBlocks)
 		}
-		time.Sleep(poll)
+		time.Sleep(guesttest.Poll)
 	}
 	for b := range after {
 		if _, ok := before[b]; !ok {
@@ -161,7 +162,7 @@ func (s *scenario) virtioMemStep(t *testing.T, id string, to uint64, mem0 int64,
 
 	// Each added block says add and online, each removed one offline
 	// and remove (the guest's log is written a moment after the event).
-	log := g.waitFor(t, "the blocks' uevents", settle, fmt.Sprintf("tail -n +%d %s", uevents0+1, vm.GuestUeventLog),
+	log := g.waitFor(t, "the blocks' uevents", guesttest.Settle, fmt.Sprintf("tail -n +%d %s", uevents0+1, vm.GuestUeventLog),
 		func(out string) bool {
 			for _, b := range st.added {
 				for _, a := range []string{"add", "online"} {
@@ -205,13 +206,13 @@ func (s *scenario) virtioMemStep(t *testing.T, id string, to uint64, mem0 int64,
 		t.Errorf("memory block uevents %v in a step that added and removed no block", st.uevents)
 	}
 
-	iomem := g.sh(t, "grep -c 'System RAM (virtio_mem)' /proc/iomem || true")
+	iomem := g.Sh(t, "grep -c 'System RAM (virtio_mem)' /proc/iomem || true")
 	st.iomem = atoi(t, iomem)
 	if (to > 0) != (st.iomem > 0) {
 		t.Errorf("%d \"System RAM (virtio_mem)\" ranges in /proc/iomem with %d MiB plugged", st.iomem, to>>20)
 	}
 	if to > 0 {
-		zones := g.sh(t, "cd /sys/devices/system/memory && for b in "+strings.Join(slices.Sorted(maps.Keys(after)), " ")+"; do cat $b/valid_zones; done")
+		zones := g.Sh(t, "cd /sys/devices/system/memory && for b in "+strings.Join(slices.Sorted(maps.Keys(after)), " ")+"; do cat $b/valid_zones; done")
 		if strings.Count(zones, "Movable") != wantBlocks {
 			t.Errorf("the device's blocks are not all movable: %q", zones)
 		}
