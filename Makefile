@@ -93,14 +93,21 @@ run: build
 	@echo "node-resized: socket $(SOCKET); ask it with: $(BIN)/node-resizectl --socket $(SOCKET) status"
 	$(BIN)/node-resized --standalone --socket $(SOCKET) $(RUNFLAGS)
 
+# go test's own vet, off: make vet runs go vet's whole suite over every
+# package these targets test (CI runs it first). go test's vet is a subset
+# of it with a cache key of its own, so it would analyse every dependency
+# again for its facts (thousands of packages in the test module and in each
+# kubelet parity module). make TEST_VET= gives go test's default back.
+TEST_VET ?= -vet=off
+
 # The race detector needs cgo (on by default).
 test: test-unit test-integration
 
 test-unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test $(TEST_VET) -race -count=1 ./...
 
 test-integration:
-	cd test && $(GO) test -race -count=1 -v ./daemon/
+	cd test && $(GO) test $(TEST_VET) -race -count=1 -v ./daemon/
 
 # The unit tests of the packages that parse the kernel's and the kubelet's
 # bytes (uevents, sysfs, checkpoints, cgroup files, the API's JSON) or do
@@ -125,7 +132,7 @@ test-cross:
 		skip='$(CROSS_SKIP)'; [ $$a = s390x ] || skip="$$skip|TestRealCPUHotplug"; \
 		command -v qemu-$$q-static >/dev/null || { echo "make test-cross: qemu-$$q-static is not installed (Debian: apt-get install qemu-user-static)" >&2; exit 1; }; \
 		echo "--- $$a (qemu-$$q-static)"; start=$$(date +%s); \
-		CGO_ENABLED=0 GOARCH=$$a $(GO) test -tags '$(TAGS)' -trimpath -count=1 -short -exec qemu-$$q-static -skip "^($$skip)\$$" $(CROSS_PKGS) || exit 1; \
+		CGO_ENABLED=0 GOARCH=$$a $(GO) test $(TEST_VET) -tags '$(TAGS)' -trimpath -count=1 -short -exec qemu-$$q-static -skip "^($$skip)\$$" $(CROSS_PKGS) || exit 1; \
 		echo "--- $$a: $$(( $$(date +%s) - start )) s"; \
 	done
 
@@ -141,7 +148,7 @@ STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 # and the module of the cases they all run.
 PARITY_MODULES = test/kubeletparity/v1_34 test/kubeletparity/v1_35 test/kubeletparity/v1_36
 PARITY_CASES   = test/kubeletparity/cases
-PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test -count=1 -v -timeout 10m ./...) || exit 1; done
+PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test $(TEST_VET) -count=1 -v -timeout 10m ./...) || exit 1; done
 
 # staticcheck checks what ships (the root module), the test module
 # (test/, with the version matrix's tag), the tools and the shared parity
@@ -155,6 +162,7 @@ vet: lint-sh rules-test
 	cd test && $(GO) vet -tags matrix ./node/
 	cd test/chart && $(GO) vet ./...
 	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	cd tools && $(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd test && $(STATICCHECK) ./...
 	cd test && $(STATICCHECK) -tags matrix ./node/
@@ -196,9 +204,9 @@ fuzz:
 # of its minute and a half is waiting (an idle window, an outage).
 e2e:
 	test/cluster/up -build-only
-	cd test && $(GO) test -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/ ./fleet/
+	cd test && $(GO) test $(TEST_VET) -count=1 -v -timeout 20m ./cluster/ ./e2e/ ./kubeletparity/ ./fleet/
 	$(PARITY_TEST)
-	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
+	cd test/chart && $(GO) test $(TEST_VET) -count=1 -v -timeout 15m ./...
 
 # The fleet benchmark (test/fleet): 100, 250 and 500 real node-resized
 # processes against one control plane, a 60 s outage, a 2 minute idle
@@ -214,14 +222,14 @@ fleet-bench:
 # Every supported kubelet against node-resized's checkpoint rewrites (and,
 # for v1.37, its allocatable arithmetic), each with its own code.
 parity:
-	cd test && $(GO) test -count=1 -v -timeout 20m ./kubeletparity/
+	cd test && $(GO) test $(TEST_VET) -count=1 -v -timeout 20m ./kubeletparity/
 	$(PARITY_TEST)
 
 # The Helm chart, with Helm's Go SDK, in a module of its own (test/chart)
 # so that Helm's dependencies leave the control plane's build alone.
 chart-test:
 	test/cluster/up -build-only
-	cd test/chart && $(GO) test -count=1 -v -timeout 15m ./...
+	cd test/chart && $(GO) test $(TEST_VET) -count=1 -v -timeout 15m ./...
 
 cluster-up:
 	test/cluster/up
@@ -238,14 +246,14 @@ $(TESTSUMMARY): test/cmd/testsummary/main.go
 
 e2e-vm: $(TESTSUMMARY)
 	test/vm/fetch
-	cd test && $(GO) test -json -count=1 -timeout 30m ./vm/... ./vmscenario/ 2>&1 | $(TESTSUMMARY)
+	cd test && $(GO) test $(TEST_VET) -json -count=1 -timeout 30m ./vm/... ./vmscenario/ 2>&1 | $(TESTSUMMARY)
 
 # The same daemon built for ppc64le (CGO_ENABLED=0 GOARCH=ppc64le) in a
 # pseries guest under TCG, whose hotplug is PAPR's DLPAR, not ACPI's
 # (test/vmarch).
 e2e-vm-ppc64le: $(TESTSUMMARY)
 	test/vm/fetch ppc64le
-	cd test && NODE_RESIZED_VM_ARCH=ppc64le $(GO) test -json -count=1 -timeout 20m ./vmarch/ 2>&1 | $(TESTSUMMARY)
+	cd test && NODE_RESIZED_VM_ARCH=ppc64le $(GO) test $(TEST_VET) -json -count=1 -timeout 20m ./vmarch/ 2>&1 | $(TESTSUMMARY)
 
 # A QEMU guest that is a real node: systemd as PID 1, the real kubelet
 # (built from k8s.io/kubernetes, about 5 more minutes the first time) on a
@@ -257,7 +265,7 @@ e2e-node: $(TESTSUMMARY)
 	test/vm/fetch
 	test/node/build
 	test/node/build-runtime
-	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) $(GO) test -json -count=1 -timeout 50m $(NODE_GO_PARALLEL) ./node/ 2>&1 | $(TESTSUMMARY)
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) $(GO) test $(TEST_VET) -json -count=1 -timeout 50m $(NODE_GO_PARALLEL) ./node/ 2>&1 | $(TESTSUMMARY)
 
 # The kubelet version matrix (test/node/matrix_test.go, build tag matrix):
 # one boot per older kubelet, NODE_PARALLEL at a time; NODE_KUBELETS picks a
@@ -268,7 +276,7 @@ e2e-node-matrix: $(TESTSUMMARY)
 	test/vm/fetch
 	test/node/build
 	test/node/build-matrix
-	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -json -tags matrix -count=1 -timeout 60m $(NODE_GO_PARALLEL) -run '^TestKubeletVersions$$' ./node/ 2>&1 | $(TESTSUMMARY)
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test $(TEST_VET) -json -tags matrix -count=1 -timeout 60m $(NODE_GO_PARALLEL) -run '^TestKubeletVersions$$' ./node/ 2>&1 | $(TESTSUMMARY)
 
 # e2e-node and e2e-node-matrix in one run (what CI runs): their guests
 # share the NODE_PARALLEL slots, the longest first, so that the matrix's
@@ -279,7 +287,7 @@ e2e-node-all: $(TESTSUMMARY)
 	test/node/build
 	test/node/build-runtime
 	test/node/build-matrix
-	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test -json -tags matrix -count=1 -timeout 80m $(NODE_GO_PARALLEL) ./node/ 2>&1 | $(TESTSUMMARY)
+	cd test && NODE_RESIZED_NODE_PARALLEL=$(NODE_PARALLEL) NODE_RESIZED_NODE_KUBELETS='$(NODE_KUBELETS)' $(GO) test $(TEST_VET) -json -tags matrix -count=1 -timeout 80m $(NODE_GO_PARALLEL) ./node/ 2>&1 | $(TESTSUMMARY)
 
 # A plain install without a package: the binaries and the bash completion
 # under $(PREFIX), the unit in /etc/systemd/system and the kubelet's drop-in
@@ -360,7 +368,7 @@ package-test: build
 	$(MAKE) --no-print-directory build-cross ARCHES='amd64 arm64 ppc64le s390x'
 	$(MAKE) --no-print-directory image ARCHES='amd64 arm64 ppc64le s390x'
 	cd tools && $(GO) vet ./...
-	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) NODE_RESIZED_IMAGE=$(abspath $(DIST))/image/oci $(GO) test -count=1 -v ./...
+	cd tools && NODE_RESIZED_BIN=$(abspath $(BIN)) NODE_RESIZED_IMAGE=$(abspath $(DIST))/image/oci $(GO) test $(TEST_VET) -count=1 -v ./...
 
 clean:
 	rm -rf $(BIN)
