@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/node-resized/node-resized/metrics"
 	"github.com/node-resized/node-resized/monitor"
@@ -27,9 +28,18 @@ type AutoOnliner struct {
 	work    chan job
 	pending atomic.Int64 // jobs queued or being carried out
 
-	mu   sync.Mutex // guards prev
+	mu   sync.Mutex // guards prev and unseen
 	prev *topology.Snapshot
+	// unseen are the devices brought online that no model has shown
+	// online yet, each with the time after which it is not waited for.
+	unseen map[job]time.Time
+	now    func() time.Time
 }
+
+// UnseenMax bounds how long Settling waits for a model to show a device
+// the onliner brought online (the relay's own bound, kube's
+// GainsPendingMax, is the same).
+const UnseenMax = 10 * time.Second
 
 // job is one device to bring online.
 type job struct {
@@ -52,7 +62,7 @@ func NewAutoOnliner(w *Writer, log *slog.Logger, m *metrics.Metrics) *AutoOnline
 	if m == nil {
 		m = metrics.New()
 	}
-	return &AutoOnliner{w: w, log: log, m: m, work: make(chan job, 8192)}
+	return &AutoOnliner{w: w, log: log, m: m, work: make(chan job, 8192), unseen: make(map[job]time.Time), now: time.Now}
 }
 
 // OnChange queues the CPUs and memory blocks that appeared, offline, since
@@ -62,6 +72,11 @@ func (o *AutoOnliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 	o.mu.Lock()
 	prev := o.prev
 	o.prev = snap
+	for j := range o.unseen {
+		if shown(snap, j) {
+			delete(o.unseen, j)
+		}
+	}
 	o.mu.Unlock()
 	if prev == nil {
 		return // the first model: nothing was hot-added yet
@@ -89,6 +104,56 @@ func (o *AutoOnliner) queue(j job) {
 // online events are still to come. It is meant for monitor.Config.Busy.
 func (o *AutoOnliner) Busy() bool { return o.pending.Load() > 0 }
 
+// Settling reports whether Busy does, or a device the onliner brought
+// online is not online yet in the models it was given (OnChange), for at
+// most UnseenMax after its write: the hot-add's last change is still to
+// come. It is meant for the relay's hold of a gain (kube's
+// HoldGainsWhile), so that a DIMM onlined block by block on a loaded
+// machine is one patch even when its last blocks' model change comes
+// after the last write: Busy alone ends at the write, and the relay would
+// patch the blocks seen so far, then the rest. (The detection loop takes
+// Busy: a batch held until the model shows it would hold itself.)
+func (o *AutoOnliner) Settling() bool {
+	if o.Busy() {
+		return true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.now()
+	for j, until := range o.unseen {
+		if now.Before(until) {
+			return true
+		}
+		delete(o.unseen, j) // no model showed it: not waited for any longer
+	}
+	return false
+}
+
+// shown reports whether snap shows j's device online, or gone.
+func shown(snap *topology.Snapshot, j job) bool {
+	if j.kind == kindCPU {
+		return snap.CPUs.Online.Contains(j.id) || !snap.CPUs.Present.Contains(j.id)
+	}
+	for _, b := range snap.MemoryBlocks {
+		if b.ID == j.id {
+			return b.State != topology.BlockOffline
+		}
+	}
+	return true
+}
+
+// await records j, just brought online, as unseen unless the newest model
+// already shows it. It runs before the job leaves pending, so that
+// Settling never says false in between.
+func (o *AutoOnliner) await(j job) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.prev != nil && shown(o.prev, j) {
+		return
+	}
+	o.unseen[j] = o.now().Add(UnseenMax)
+}
+
 // Run brings the queued devices online until ctx is done. A write under
 // way when ctx is done is interrupted.
 func (o *AutoOnliner) Run(ctx context.Context) error {
@@ -97,13 +162,17 @@ func (o *AutoOnliner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case j := <-o.work:
-			o.online(ctx, j)
+			if o.online(ctx, j) {
+				o.await(j)
+			}
 			o.pending.Add(-1)
 		}
 	}
 }
 
-func (o *AutoOnliner) online(ctx context.Context, j job) {
+// online brings j's device online and reports whether it is online now
+// (brought online, or found online).
+func (o *AutoOnliner) online(ctx context.Context, j job) bool {
 	var value string
 	var err error
 	if j.kind == kindCPU {
@@ -122,6 +191,7 @@ func (o *AutoOnliner) online(ctx context.Context, j job) {
 	case err == nil:
 		o.m.AutoOnline.WithLabelValues(j.kind, "onlined").Inc()
 		o.log.Info("brought a hot-added device online", "device", j.name(), "value", value)
+		return true
 	case errors.Is(err, fs.ErrNotExist):
 		// gone again before we came to it
 	case errors.Is(err, ErrHeld):
@@ -134,10 +204,12 @@ func (o *AutoOnliner) online(ctx context.Context, j job) {
 		// online (EINVAL); nothing is wrong.
 		o.m.AutoOnline.WithLabelValues(j.kind, "already").Inc()
 		o.log.Info("a hot-added device was online before the daemon came to it", "device", j.name(), "write", err)
+		return true
 	default:
 		o.m.AutoOnline.WithLabelValues(j.kind, "error").Inc()
 		o.log.Error("bring a hot-added device online", "device", j.name(), "err", err)
 	}
+	return false
 }
 
 // onlineNow reads whether j's device is online (cpuN/online is 1, memoryN/state

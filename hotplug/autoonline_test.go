@@ -238,3 +238,74 @@ func TestAlreadyOnlineIsNoError(t *testing.T) {
 		}
 	}
 }
+
+// Settling holds past the last write until a model shows the devices
+// online (the relay's hold of a gain: one patch for the whole DIMM), and
+// no longer than UnseenMax when none does; Busy ends at the last write.
+func TestSettlingUntilTheModelShowsThem(t *testing.T) {
+	m := topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
+		BlockSize: 128 << 20,
+		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
+		MemKB:     1 << 20,
+	}
+	tree, snap := writeMachine(t, m)
+	o := NewAutoOnliner(NewWriter(tree.Sys, Config{}), nil, nil)
+	now := time.Now()
+	o.now = func() time.Time { return now }
+	o.OnChange(monitor.Change{}, snap())
+	if o.Settling() {
+		t.Fatal("settling with nothing hot-added")
+	}
+	tree.AddBlocks(8, 3, 0, topologytest.BlockOffline, "Normal Movable")
+	added := snap()
+	o.OnChange(monitor.Change{}, added)
+	if !o.Settling() {
+		t.Fatal("not settling with 3 blocks queued")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go o.Run(ctx)
+	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy 10s after the blocks were queued")
+		}
+	}
+	if !o.Settling() {
+		t.Fatal("not settling after the last write, with no model showing the blocks online")
+	}
+	// A model that shows two of the three: still settling; all three: done.
+	part := snap()
+	for i := range part.MemoryBlocks {
+		if part.MemoryBlocks[i].ID == 10 {
+			part.MemoryBlocks[i].State = topology.BlockOffline
+		}
+	}
+	o.OnChange(monitor.Change{}, part)
+	if !o.Settling() {
+		t.Fatal("not settling with memory10 not yet online in the model")
+	}
+	o.OnChange(monitor.Change{}, snap())
+	if o.Settling() {
+		t.Fatal("settling after a model showed every block online")
+	}
+
+	// A block no model shows online is waited for UnseenMax, no longer.
+	tree.AddBlocks(11, 1, 0, topologytest.BlockOffline, "Normal Movable")
+	added = snap()
+	o.OnChange(monitor.Change{}, added)
+	for deadline := time.Now().Add(10 * time.Second); o.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy 10s after memory11 was queued")
+		}
+	}
+	o.OnChange(monitor.Change{}, added) // a model from before the write
+	if !o.Settling() {
+		t.Fatal("not settling with memory11 unseen")
+	}
+	now = now.Add(UnseenMax)
+	if o.Settling() {
+		t.Fatalf("still settling %v after memory11's write", UnseenMax)
+	}
+}

@@ -126,7 +126,7 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	if p.onliner != nil {
 		busy = p.onliner.Busy // a DIMM being onlined block by block is one burst
 		if p.relay != nil {
-			p.relay.HoldGainsWhile(busy) // and one patch, however slowly it comes online
+			p.relay.HoldGainsWhile(p.onliner.Settling) // and one patch, however slowly its blocks reach the model
 		}
 	}
 	p.monitor = newMonitor(o, fsys, src, subs, busy, log, m)
