@@ -72,9 +72,12 @@ func (o *AutoOnliner) OnChange(_ monitor.Change, snap *topology.Snapshot) {
 	o.mu.Lock()
 	prev := o.prev
 	o.prev = snap
-	for j := range o.unseen {
-		if shown(snap, j) {
-			delete(o.unseen, j)
+	if len(o.unseen) > 0 {
+		blocks := blockStates(snap)
+		for j := range o.unseen {
+			if shown(snap, blocks, j) {
+				delete(o.unseen, j)
+			}
 		}
 	}
 	o.mu.Unlock()
@@ -129,17 +132,31 @@ func (o *AutoOnliner) Settling() bool {
 	return false
 }
 
-// shown reports whether snap shows j's device online, or gone.
-func shown(snap *topology.Snapshot, j job) bool {
+// blockStates indexes snap's memory blocks' states by id, for shown.
+func blockStates(snap *topology.Snapshot) map[int]string {
+	m := make(map[int]string, len(snap.MemoryBlocks))
+	for _, b := range snap.MemoryBlocks {
+		m[b.ID] = b.State
+	}
+	return m
+}
+
+// shown reports whether snap shows j's device online, or gone; blocks is
+// snap's blocks' states by blockStates, or nil for a scan of one lookup.
+func shown(snap *topology.Snapshot, blocks map[int]string, j job) bool {
 	if j.kind == kindCPU {
 		return snap.CPUs.Online.Contains(j.id) || !snap.CPUs.Present.Contains(j.id)
 	}
-	for _, b := range snap.MemoryBlocks {
-		if b.ID == j.id {
-			return b.State != topology.BlockOffline
+	if blocks == nil {
+		for _, b := range snap.MemoryBlocks {
+			if b.ID == j.id {
+				return b.State != topology.BlockOffline
+			}
 		}
+		return true
 	}
-	return true
+	state, ok := blocks[j.id]
+	return !ok || state != topology.BlockOffline
 }
 
 // await records j, just brought online, as unseen unless the newest model
@@ -148,7 +165,7 @@ func shown(snap *topology.Snapshot, j job) bool {
 func (o *AutoOnliner) await(j job) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.prev != nil && shown(o.prev, j) {
+	if o.prev != nil && shown(o.prev, nil, j) {
 		return
 	}
 	o.unseen[j] = o.now().Add(UnseenMax)

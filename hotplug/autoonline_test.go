@@ -87,6 +87,17 @@ func TestOnlinesOnlyWhatWasHotAdded(t *testing.T) {
 	}
 }
 
+// smallMachine has 2 CPUs and 8 online blocks of 128 MiB on one node.
+func smallMachine() topologytest.Machine {
+	return topologytest.Machine{
+		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
+		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
+		BlockSize: 128 << 20,
+		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
+		MemKB:     1 << 20,
+	}
+}
+
 func TestAddedCPUs(t *testing.T) {
 	prev := &topology.Snapshot{CPUs: topology.CPUs{Present: topology.CPUSet{0, 1}, Online: topology.CPUSet{0, 1}}}
 	cur := &topology.Snapshot{CPUs: topology.CPUs{Present: topology.CPUSet{0, 1, 2, 3}, Online: topology.CPUSet{0, 1, 3}}}
@@ -101,14 +112,7 @@ func TestAddedCPUs(t *testing.T) {
 // Busy holds from the queueing of a hot-added device until its write is
 // done, so that the detection loop keeps one DIMM's online events together.
 func TestBusyUntilTheLastWrite(t *testing.T) {
-	m := topologytest.Machine{
-		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
-		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
-		BlockSize: 128 << 20,
-		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
-		MemKB:     1 << 20,
-	}
-	tree, snap := writeMachine(t, m)
+	tree, snap := writeMachine(t, smallMachine())
 	o := NewAutoOnliner(NewWriter(tree.Sys, Config{}), nil, nil)
 	o.OnChange(monitor.Change{}, snap())
 	if o.Busy() {
@@ -163,14 +167,7 @@ func TestBusyUntilTheLastWrite(t *testing.T) {
 // A block the release holds offline stays offline when virtio-mem adds it
 // again: the auto-onliner onlines only the others, and counts it held.
 func TestHeldBlocksStayOffline(t *testing.T) {
-	m := topologytest.Machine{
-		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
-		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
-		BlockSize: 128 << 20,
-		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
-		MemKB:     1 << 20,
-	}
-	tree, snap := writeMachine(t, m)
+	tree, snap := writeMachine(t, smallMachine())
 	mt := metrics.New()
 	w := NewWriter(tree.Sys, Config{})
 	w.Holds().Hold(nil, []int{9})
@@ -243,14 +240,7 @@ func TestAlreadyOnlineIsNoError(t *testing.T) {
 // online (the relay's hold of a gain: one patch for the whole DIMM), and
 // no longer than UnseenMax when none does; Busy ends at the last write.
 func TestSettlingUntilTheModelShowsThem(t *testing.T) {
-	m := topologytest.Machine{
-		CPUs:      topologytest.SMTCPUs(0, 2, 0, 0),
-		Nodes:     []topologytest.Node{{ID: 0, CPUs: topologytest.Ints(0, 1), MemKB: 1 << 20}},
-		BlockSize: 128 << 20,
-		Blocks:    topologytest.Blocks(0, 8, topologytest.BlockOnline, "Normal", 0),
-		MemKB:     1 << 20,
-	}
-	tree, snap := writeMachine(t, m)
+	tree, snap := writeMachine(t, smallMachine())
 	o := NewAutoOnliner(NewWriter(tree.Sys, Config{}), nil, nil)
 	now := time.Now()
 	o.now = func() time.Time { return now }
