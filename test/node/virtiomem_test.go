@@ -265,7 +265,7 @@ func (s *installed) virtioMemStep(t *testing.T, from, to uint64, mem0 int64, mem
 	// not relayed); a step that adds or removes no block is the MemTotal
 	// watch's alone.
 	moved := max(to, from) - min(to, from)
-	subBlocks := int((moved - min(moved, uint64(max(diff, -diff))*memBlock)) / subBlock)
+	subBlocks := int((moved - min(moved, uint64(max(diff, -diff))*memBlock)) / max(subBlock, 1))
 	if bound := 2*max(diff, -diff) + 1 + subBlocks; st.lost != 0 || st.changes < 1 || st.changes > bound {
 		t.Errorf("%s: %v uevents lost, %d model changes, want 1 to %d", what, st.lost, st.changes, bound)
 	}
