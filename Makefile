@@ -145,7 +145,10 @@ STATICCHECK = $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck
 
 # The kubelet parity modules of v1.34 to v1.36, each pinning its own
 # k8s.io/kubernetes (v1.37's is test/kubeletparity, in the test module),
-# and the module of the cases they all run.
+# and the module of the cases they all run. Each builds with the versions
+# of its kubelet's build module in test/node/kubelets (make vet checks it:
+# test/kubeletparity/sync-pins --check), so that test/node/build-matrix
+# links the kubelet packages their tests compiled.
 PARITY_MODULES = test/kubeletparity/v1_34 test/kubeletparity/v1_35 test/kubeletparity/v1_36
 PARITY_CASES   = test/kubeletparity/cases
 PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test $(TEST_VET) -count=1 -v -timeout 10m ./...) || exit 1; done
@@ -161,6 +164,7 @@ vet: lint-sh rules-test
 	cd test && $(GO) vet ./...
 	cd test && $(GO) vet -tags matrix ./node/
 	cd test/chart && $(GO) vet ./...
+	test/kubeletparity/sync-pins --check
 	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	cd tools && $(GO) vet ./...
 	$(STATICCHECK) ./...

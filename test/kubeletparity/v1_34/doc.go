@@ -7,5 +7,6 @@
 // downgrade by one minor version).
 //
 // The package holds only tests, built on Linux only, in a module of its
-// own that pins k8s.io/kubernetes at v1.34.4.
+// own that pins k8s.io/kubernetes at v1.34.4 and every other dependency at
+// the version that kubelet's own build selects (test/kubeletparity/sync-pins).
 package parity

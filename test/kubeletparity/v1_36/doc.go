@@ -9,5 +9,6 @@
 // version).
 //
 // The package holds only tests, built on Linux only, in a module of its
-// own that pins k8s.io/kubernetes at v1.36.3.
+// own that pins k8s.io/kubernetes at v1.36.3 and every other dependency at
+// the version that kubelet's own build selects (test/kubeletparity/sync-pins).
 package parity

@@ -5,9 +5,10 @@
 // that requires k8s.io/kubernetes v1.35.4 (the version of the kubelet
 // parity module test/kubeletparity/v1_35), its staging modules at the same
 // version: every other dependency is at the version that release's go.mod
-// pins, as in the kubelet it ships (the parity module's newer ones do not
-// all build its pkg/kubelet/cm). test/node/build-matrix builds it with
-// CGO_ENABLED=0 and -ldflags '-X k8s.io/component-base/version.gitVersion=v1.35.4'.
+// pins, as in the kubelet it ships. The parity module is held to these
+// versions (test/kubeletparity/sync-pins), so that the kubelet packages its
+// tests compile are the ones linked here. test/node/build-matrix builds it
+// with -ldflags '-X k8s.io/component-base/version.gitVersion=v1.35.4'.
 // It is a test tool, not part of the product.
 package main
 
