@@ -66,7 +66,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build build-cross run test test-cross test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
+.PHONY: all build build-cross cross-compile run test test-cross test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
 
 all: build
 
@@ -193,6 +193,16 @@ lint-sh:
 	{ git ls-files '*.sh' '*.bash'; \
 	  git ls-files -z | xargs -0 awk 'FNR == 1 { if ($$0 ~ /^#!(.*[\/ ])?(ba|da)?sh( |$$)/) print FILENAME; nextfile }'; } | \
 	  xargs -d '\n' shellcheck
+
+# What build-cross and test-cross compile for each of CROSS_ARCHES, into
+# the build cache only: no binary is written and no test runs (go test
+# -exec /bin/true). .ci/run runs it in the background from its start, at
+# the lowest CPU priority, so that both later find their packages compiled.
+cross-compile:
+	@for a in $(CROSS_ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -tags '$(TAGS)' -trimpath ./cmd/node-resized ./cmd/node-resizectl || exit 1; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) test $(TEST_VET) -tags '$(TAGS)' -trimpath -count=1 -short -run '^$$' -exec /bin/true $(CROSS_PKGS) >/dev/null || exit 1; \
+	done
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
