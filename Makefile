@@ -39,6 +39,8 @@
 #                   image; make man: the manual pages)
 #   make test-cross the byte-parsing packages' unit tests built for arm64, ppc64le
 #                   and s390x, run under qemu-user (Debian's qemu-user-static)
+#   make cross-compile  what build-cross and test-cross compile, into the build
+#                   cache only (.ci/run starts it in the background)
 #   make install    a plain install under PREFIX (default /usr/local)
 
 GO       ?= go
