@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +159,11 @@ func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
 	}
 	bootCPU, _, _ := n.HostCPU()
 	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if out, err := n.Run(ctx, guestCPUScript); err == nil {
+			t.Logf("guest's own CPU (/proc/stat; then the top processes, own+reaped children): %s", strings.Join(strings.Fields(out), " "))
+		}
+		cancel()
 		if cpu, alive, err := n.HostCPU(); err == nil {
 			t.Logf("guest cost: %v of host CPU over %v (%.0f%% of a core); of it the boot to Node Ready %v of CPU in %v",
 				cpu.Round(time.Second), alive.Round(time.Second), 100*cpu.Seconds()/alive.Seconds(), bootCPU.Round(time.Second), n.ReadyTime().Round(time.Second))
@@ -173,3 +179,17 @@ func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
 	})
 	return n
 }
+
+// guestCPUScript prints, in the guest, where its own CPU time went: the
+// /proc/stat split in seconds, then the ten processes with the most user
+// plus system time of their own, each as own+reaped: the second is its
+// waited-for children's (a poller's spawns, PID 1's ended services).
+const guestCPUScript = `hz=$(getconf CLK_TCK)
+read -r _ u ni sy id _ irq sirq _ < /proc/stat
+echo "user=$((u/hz))s nice=$((ni/hz))s system=$((sy/hz))s idle=$((id/hz))s irq=$((irq/hz))s softirq=$((sirq/hz))s;"
+for f in /proc/[0-9]*/stat; do
+	s=$(cat "$f" 2>/dev/null) || continue
+	c=${s#*(}; c=${c%%)*}; r=${s##*) }
+	set -- $r
+	echo "$((${12} + ${13})) $((${14} + ${15})) $c"
+done | sort -rn | head -10 | while read -r own reaped c; do echo "$c=$((own / hz)).$((own % hz * 10 / hz))s+$((reaped / hz)).$((reaped % hz * 10 / hz))s"; done`
