@@ -164,6 +164,9 @@ func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
 			t.Logf("guest's own CPU (/proc/stat; then the top processes, own+reaped children): %s", strings.Join(strings.Fields(out), " "))
 		}
 		cancel()
+		if jit := tcgStats(n); jit != "" {
+			t.Logf("guest's TCG translation cache: %s", jit)
+		}
 		if cpu, alive, err := n.HostCPU(); err == nil {
 			t.Logf("guest cost: %v of host CPU over %v (%.0f%% of a core); of it the boot to Node Ready %v of CPU in %v",
 				cpu.Round(time.Second), alive.Round(time.Second), 100*cpu.Seconds()/alive.Seconds(), bootCPU.Round(time.Second), n.ReadyTime().Round(time.Second))
@@ -193,3 +196,23 @@ for f in /proc/[0-9]*/stat; do
 	set -- $r
 	echo "$((${12} + ${13})) $((${14} + ${15})) $c"
 done | sort -rn | head -10 | while read -r own reaped c; do echo "$c=$((own / hz)).$((own % hz * 10 / hz))s+$((reaped / hz)).$((reaped % hz * 10 / hz))s"; done`
+
+// tcgStats is QEMU's "info jit" summed up: the translated code's size in
+// its buffer, the blocks translated, and how often the buffer was flushed
+// (full, so that everything is translated again); "" when not known.
+func tcgStats(n *Node) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out string
+	if err := n.QMP().Execute(ctx, "human-monitor-command", map[string]any{"command-line": "info jit"}, &out); err != nil {
+		return ""
+	}
+	var parts []string
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), "  ")
+		if ok && (k == "gen code size" || k == "TB count" || k == "TB flush count") {
+			parts = append(parts, k+" "+strings.TrimSpace(v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
