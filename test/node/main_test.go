@@ -198,8 +198,9 @@ for f in /proc/[0-9]*/stat; do
 done | sort -rn | head -10 | while read -r own reaped c; do echo "$c=$((own / hz)).$((own % hz * 10 / hz))s+$((reaped / hz)).$((reaped % hz * 10 / hz))s"; done`
 
 // tcgStats is QEMU's "info jit" summed up: the translated code's size in
-// its buffer, the blocks translated, and how often the buffer was flushed
-// (full, so that everything is translated again); "" when not known.
+// its buffer, the blocks in it (translated since the last flush), and how
+// often the buffer was flushed
+// (full: everything is translated again); "" when not known.
 func tcgStats(n *Node) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
