@@ -199,8 +199,8 @@ done | sort -rn | head -10 | while read -r own reaped c; do echo "$c=$((own / hz
 
 // tcgStats is QEMU's "info jit" summed up: the translated code's size in
 // its buffer, the blocks in it (translated since the last flush), and how
-// often the buffer was flushed
-// (full: everything is translated again); "" when not known.
+// often the buffer was flushed (full: everything is translated again);
+// "" when not known.
 func tcgStats(n *Node) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
