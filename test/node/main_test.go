@@ -164,6 +164,7 @@ func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
 			t.Logf("guest's own CPU (/proc/stat; then the top processes, own+reaped children): %s", strings.Join(strings.Fields(out), " "))
 		}
 		cancel()
+		t.Logf("guest commands (the test's, by program, wall time): %s", n.ExecStats())
 		if jit := tcgStats(n); jit != "" {
 			t.Logf("guest's TCG translation cache: %s", jit)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,8 +151,11 @@ type VM struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	mu      sync.Mutex // guards nextDev and backends
+	mu      sync.Mutex // guards nextDev, backends and execs
 	nextDev int
+	// execs counts Exec's commands by program (the command's first
+	// word), for ExecStats.
+	execs map[string]*execStat
 	// backends maps a hot-added DIMM's device id to its memory backend.
 	backends map[string]string
 }
@@ -506,11 +510,64 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 func (v *VM) Exec(ctx context.Context, cmd string) (out string, exitCode int, err error) {
 	ctx, cancel := withDefaultTimeout(ctx, DefaultExecTimeout)
 	defer cancel()
+	t0 := time.Now()
 	out, exitCode, err = v.agent.exec(ctx, cmd)
+	v.countExec(cmd, time.Since(t0))
 	if err != nil {
 		return out, exitCode, fmt.Errorf("exec %q in guest: %w", cmd, err)
 	}
 	return out, exitCode, nil
+}
+
+type execStat struct {
+	n    int
+	wall time.Duration
+}
+
+func (v *VM) countExec(cmd string, d time.Duration) {
+	prog, _, _ := strings.Cut(strings.TrimSpace(cmd), " ")
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.execs == nil {
+		v.execs = map[string]*execStat{}
+	}
+	st := v.execs[prog]
+	if st == nil {
+		st = &execStat{}
+		v.execs[prog] = st
+	}
+	st.n++
+	st.wall += d
+}
+
+// ExecStats sums up the commands Exec ran, for the test bed's own
+// accounting: how many, and for the programs that took longest in all,
+// how many and their wall time (each started process costs the emulated
+// guest CPU: a systemctl or journalctl most of a second).
+func (v *VM) ExecStats() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	type row struct {
+		prog string
+		execStat
+	}
+	var rows []row
+	var n int
+	var wall time.Duration
+	for p, st := range v.execs {
+		rows = append(rows, row{p, *st})
+		n += st.n
+		wall += st.wall
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].wall > rows[j].wall })
+	out := fmt.Sprintf("%d in %v", n, wall.Round(time.Second))
+	for i, r := range rows {
+		if i == 8 {
+			break
+		}
+		out += fmt.Sprintf("; %s %d in %v", r.prog, r.n, r.wall.Round(100*time.Millisecond))
+	}
+	return out
 }
 
 // QMP returns the VM's QMP client, for commands this package does not
