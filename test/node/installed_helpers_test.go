@@ -448,6 +448,9 @@ type nodeVersion struct {
 	rv        string
 	heartbeat bool // only the kubelet's Ready heartbeat changed
 	ready     bool // the Ready condition is True
+	// kubeletWrite is the kubelet's status entry's time in managedFields
+	// (the API server's clock, whole seconds).
+	kubeletWrite time.Time
 }
 
 func (v nodeVersion) String() string {
@@ -507,6 +510,9 @@ func (h *nodeHistory) add(n *corev1.Node) {
 	for _, m := range n.ManagedFields {
 		if m.Subresource != "status" || m.Time == nil {
 			continue
+		}
+		if m.Manager == "kubelet" && m.Time.Time.After(v.kubeletWrite) {
+			v.kubeletWrite = m.Time.Time
 		}
 		if !m.Time.Time.Before(newest) {
 			newest, v.manager = m.Time.Time, m.Manager

@@ -1071,8 +1071,24 @@ func (s *installed) restartTimeout(t *testing.T) {
 	// The last online CPU but cpu0 goes offline: a loss, clamped, and a
 	// restart the frozen kubelet never answers.
 	cpu := guestSh(t, n, `cd /sys/devices/system/cpu && for c in cpu[1-9]*; do [ "$(cat $c/online 2>/dev/null)" = 1 ] && echo ${c#cpu}; done | tail -1`)
+	hostMark := time.Now()
 	mark := guestNow(t, n)
 	since := mark // node-resized's events carry the guest's clock
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		// What the daemon's kubelet view compares: the kubelet's status
+		// writes as the API server stamps them (this machine's clock)
+		// with the kubelet process's start (the guest's).
+		t.Logf("the guest's clock less this machine's at the mark: about %v", mark.Sub(hostMark).Round(time.Millisecond))
+		for _, v := range s.hist.all() {
+			if !v.at.Before(hostMark) {
+				t.Logf("Node: %v ready=%v kubelet status write %s", v, v.ready, v.kubeletWrite.Format("15:04:05"))
+			}
+		}
+		t.Logf("the kubelet unit: %s", guestSh(t, n, "systemctl show kubelet -p MainPID -p ExecMainStartTimestamp -p ActiveEnterTimestamp"))
+	}()
 	guestSh(t, n, "echo 0 >/sys/devices/system/cpu/cpu"+cpu+"/online")
 	waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
 	if st := guestSh(t, n, "ps -o stat= -p $(systemctl show kubelet -p MainPID --value)"); !strings.HasPrefix(st, "T") {
