@@ -5,7 +5,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -168,5 +171,59 @@ func TestPlainCat(t *testing.T) {
 	want := "A\ncat: " + filepath.Join(dir, "missing") + ": No such file or directory\nB"
 	if string(out) != want || rc != 1 {
 		t.Errorf("cat with a missing file: %q %d, want %q 1", out, rc, want)
+	}
+}
+
+func TestUnixGet(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" || r.Method != http.MethodGet {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte("a_metric 1\n"))
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	for _, c := range []struct {
+		cmd  string
+		fast bool
+	}{
+		{"curl -sf --unix-socket " + sock + " http://localhost/metrics", true},
+		{"curl -sf --unix-socket " + sock + " http://localhost/v1/status?x=1", true},
+		{"curl -sf --unix-socket " + sock + " http://localhost/metrics | grep x", false},
+		{"curl -sS --unix-socket " + sock + " http://localhost/metrics", false},
+		{"curl -sf --unix-socket $S http://localhost/metrics", false},
+		{"curl -sf http://localhost/metrics", false},
+	} {
+		if got := unixGet.MatchString(c.cmd); got != c.fast {
+			t.Errorf("unixGet(%q) = %v, want %v", c.cmd, got, c.fast)
+		}
+	}
+	for _, c := range []struct {
+		sock, path string
+		out        string
+		rc         int
+	}{
+		{sock, "/metrics", "a_metric 1\n", 0},
+		{sock, "/other", "", 22},
+		{sock + ".missing", "/metrics", "", 7},
+	} {
+		out, rc := runShell("t", "curl -sf --unix-socket "+c.sock+" http://localhost"+c.path)
+		if string(out) != c.out || rc != c.rc {
+			t.Errorf("GET %s on %s: %q %d, want %q %d", c.path, c.sock, out, rc, c.out, c.rc)
+		}
+		if _, err := exec.LookPath("curl"); err == nil {
+			// curl itself agrees on the exit code and the output.
+			cmd := exec.Command("curl", "-sf", "--unix-socket", c.sock, "http://localhost"+c.path)
+			cout, _ := cmd.Output()
+			if cmd.ProcessState.ExitCode() != c.rc || string(cout) != c.out {
+				t.Errorf("curl -sf for GET %s on %s: %q %d, the agent says %q %d", c.path, c.sock, cout, cmd.ProcessState.ExitCode(), out, rc)
+			}
+		}
 	}
 }
