@@ -902,7 +902,7 @@ while [ "$SECONDS" -lt "$end" ]; do
 	if [ "$mt $mm" != "$last" ]; then now=${EPOCHREALTIME//[.,]/}; echo "${now}000 $mt $mm"; last="$mt $mm"; since=; fi
 	if [ $((mt * 1024)) -le %d ] && [ "$mm" = $((mt * 1024 - %d)) ]; then
 		since=${since:-$SECONDS}
-		[ $((SECONDS - since)) -ge 2 ] && break
+		[ $((SECONDS - since)) -ge 3 ] && break # whole seconds: at least 2 s
 	fi
 	read -r -t 0.02 -u "$nap" _ || :
 done`, mt0-balloonBy+100*mib, installedReserved)

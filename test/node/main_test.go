@@ -188,8 +188,8 @@ func bootNode(t *testing.T, c *cluster.Cluster, cfg Config) *Node {
 // /proc/stat split in seconds, then the ten processes with the most user
 // plus system time of their own, each as own+reaped: the second is its
 // waited-for children's (a poller's spawns, PID 1's ended services).
-// Only shell builtins in the loop: a cat per process made the script
-// itself cost 5 to 7 s of the guest's CPU.
+// Only shell builtins in the loop: with a cat per process the script
+// itself cost 20 to 24 s of the host's CPU (1.5 s now).
 const guestCPUScript = `hz=$(getconf CLK_TCK)
 read -r _ u ni sy id _ irq sirq _ < /proc/stat
 echo "user=$((u/hz))s nice=$((ni/hz))s system=$((sy/hz))s idle=$((id/hz))s irq=$((irq/hz))s softirq=$((sirq/hz))s;"
