@@ -154,7 +154,7 @@ func Decide(in Input) Decision {
 	if problems := checkPhysical(in.Physical, raw, in.Reservations); len(problems) > 0 {
 		return p.refusePhysical(raw, problems)
 	}
-	p.phys = steadyMemory(raw, p.prev.Physical, p.jitter)
+	p.phys, p.rebased = kubeletReading(steadyMemory(raw, p.prev.Physical, p.jitter), raw, in.Kubelet, p.jitter)
 	p.ev = evaluate(in.Configured, p.phys, in.Physical.SwapActive, in.Reservations, in.ReservedCPUs)
 	if p.releaseRequested() && in.Release.Allowed && !p.ev.rejected() {
 		p.ev.releaseTargets(p.phys, in.Release.BlockSize, in.Reservations)
@@ -206,6 +206,9 @@ type pass struct {
 	// converged names the resources the first pass found enforced above
 	// the hardware (see firstBaseline).
 	converged []string
+	// rebased names the resources whose physical value is the kubelet's
+	// own reading, within the jitter of the one held (kubeletReading).
+	rebased []string
 }
 
 // refusePhysical is the decision on a nonsense physical reading: everything
@@ -235,6 +238,38 @@ func steadyMemory(raw, prevPhys resources.List, jitter int64) resources.List {
 		}
 	}
 	return phys
+}
+
+// kubeletReading returns phys with memory (every resource that jitters)
+// at the running kubelet's own reading where that reading is within the
+// jitter of both the value held and the measurement, and the names it
+// moved. The kubelet read the same hardware when it started and publishes
+// that reading at each status update: a held value beside it would be a
+// second number for the same memory, and the Node would go back and forth
+// between the two while the kubepods limits were written over the
+// kubelet's own. (A sub-block virtio-mem step seen by the MemTotal watch
+// in two parts, the second under the jitter, left the held value 18Mi
+// above the kubelet's after its restart.) The reading of a kubelet that is
+// not Ready, or that started before a change larger than the jitter, is
+// not taken.
+func kubeletReading(phys, raw resources.List, k Kubelet, jitter int64) (resources.List, []string) {
+	if !k.Known || !k.Ready {
+		return phys, nil
+	}
+	var moved []string
+	for name := range resources.Names(resources.Jitters) {
+		v, ok := k.Capacity[name]
+		held, okh := phys[name]
+		if !ok || !okh || v <= 0 || v == held || absDiff(v, raw[name]) >= jitter || absDiff(v, held) >= jitter {
+			continue
+		}
+		if moved == nil {
+			phys = phys.Clone()
+		}
+		phys[name] = v
+		moved = append(moved, name)
+	}
+	return phys, moved
 }
 
 // configuredError is the Decision.Err for a configured capacity refused

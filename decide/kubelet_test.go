@@ -219,3 +219,68 @@ func hasKind(actions []Action, k ActionKind) bool {
 	}
 	return false
 }
+
+// A loss seen in two parts, the second under the jitter (a virtio-mem
+// sub-block step read by the MemTotal watch halfway): the first is
+// clamped, the second is no change, and the kubelet restarted afterwards
+// reads the hardware as it is, 18Mi below what is held. Its own number is
+// taken: the Node shows it and the kubepods limits are written for it,
+// with no new generation, eviction, event or restart; the same input
+// again decides nothing (the node's helper checks it), and a kubelet that
+// goes away leaves its number in place. A reading the kubelet is not Ready
+// with, or further than the jitter from the hardware, is not taken.
+func TestKubeletReadingWithinTheJitter(t *testing.T) {
+	const mem = 3436 * Mi
+	n := newNode(t, machine(3, mem), types.Configured{})
+	n.in.Kubelet = Kubelet{Known: true, Ready: true, RestartAllowed: true, Capacity: resources.List{"cpu": 3000, "memory": mem}}
+	n.expect(n.step(nil), types.ReasonAccepted, KindPatchNodeStatus, KindEmitEvent)
+
+	d := n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, mem-108*Mi) })
+	n.expect(d, types.ReasonInProgress, KindClampCgroups, KindEmitEvent, KindEvict)
+	n.settle()
+	gen := n.in.Previous.Generation
+	d = n.step(func(in *Input) { in.Physical = in.Physical.with(resources.Memory, mem-126*Mi) })
+	if d.Target[resources.Memory] != mem-108*Mi || d.Next.Generation != gen {
+		t.Fatalf("a drift of 18Mi: target %v, generation %d; want it held, no change", d.Target, d.Next.Generation)
+	}
+	// The restart, settled; the kubelet is down, then back with its
+	// reading of the hardware as it is.
+	d = n.step(func(in *Input) { in.Now = in.Now.Add(time.Minute) })
+	n.expect(d, types.ReasonInProgress, KindPatchNodeStatus, KindRestartKubelet)
+	n.step(func(in *Input) { in.Now = in.Now.Add(5 * time.Second); in.Kubelet.Ready = false })
+
+	// Back, not Ready yet, with the new reading: not taken.
+	d = n.step(func(in *Input) {
+		in.Now = in.Now.Add(5 * time.Second)
+		in.Kubelet.Capacity = resources.List{"cpu": 3000, "memory": mem - 126*Mi}
+	})
+	if d.Target[resources.Memory] != mem-108*Mi {
+		t.Fatalf("a kubelet that is not Ready: target %v", d.Target)
+	}
+	d = n.step(func(in *Input) { in.Now = in.Now.Add(5 * time.Second); in.Kubelet.Ready = true })
+	n.expect(d, types.ReasonAccepted, KindReassertCgroups, KindPatchNodeStatus, KindEmitEvent)
+	want := mem - 126*Mi
+	re, _ := find[ReassertCgroups](d.Actions)
+	p, _ := find[PatchNodeStatus](d.Actions)
+	if d.Target[resources.Memory] != want || p.Capacity[resources.Memory] != want || d.Next.Generation != gen {
+		t.Fatalf("target %v, patched %v, generation %d (was %d): want the kubelet's memory %d, no new generation", d.Target, p.Capacity, d.Next.Generation, gen, want)
+	}
+	if lim := KubepodsLimits(resources.List{"cpu": 3000, "memory": want, resources.PID: 4194304}, n.in.Reservations); re.Limits.MemoryMax != lim.MemoryMax ||
+		!strings.Contains(re.Reason, "kubelet's own reading of memory") {
+		t.Fatalf("reassert %+v, want memory.max %d and the reason", re, lim.MemoryMax)
+	}
+	// The kubelet goes away: its number stays.
+	d = n.step(func(in *Input) { in.Kubelet = Kubelet{} })
+	if len(d.Actions) != 0 || d.Target[resources.Memory] != want {
+		t.Fatalf("the kubelet gone: actions %v, target %v", kinds(d.Actions), d.Target)
+	}
+
+	// A reading as far as the jitter from the hardware is the kubelet's
+	// old view, not taken.
+	far := newNode(t, machine(3, mem), types.Configured{})
+	far.in.Kubelet = Kubelet{Known: true, Ready: true, Capacity: resources.List{"cpu": 3000, "memory": mem + DefaultJitterMemory}}
+	d = far.step(nil)
+	if d.Target[resources.Memory] != mem {
+		t.Fatalf("a reading the jitter away: target %v", d.Target)
+	}
+}

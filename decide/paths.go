@@ -18,6 +18,9 @@ type plan struct {
 	// The resources whose target moves: forced down because the hardware
 	// fell below what was applied (Path B), planned down (Path A2), grown.
 	forced, planned, grown []string
+	// rebased names the resources whose applied value moved to the
+	// kubelet's own reading, within the jitter (rebase).
+	rebased []string
 }
 
 // changed reports whether the target moves.
@@ -71,8 +74,31 @@ func (p *pass) choosePath() plan {
 			pl.desired[name] = 0 // a resource that is gone
 		}
 	}
+	if !firstRun {
+		pl.rebase(p.rebased, prev.Physical)
+	}
 	pl.classify(phys)
 	return pl
+}
+
+// rebase takes the kubelet's own reading of the resources named (the
+// pass's rebased) as applied where the target followed the hardware, held
+// in prevPhys, and follows it now: a move within the jitter is no change
+// (no new generation, no eviction, no restart), but the Node and the
+// kubepods limits take the kubelet's number (see kubeletReading; reassert
+// writes the limits).
+func (pl *plan) rebase(names []string, prevPhys resources.List) {
+	for _, name := range names {
+		a, ok := pl.applied[name]
+		if !ok || a != prevPhys[name] || pl.desired[name] == a {
+			continue
+		}
+		if pl.rebased == nil {
+			pl.applied = pl.applied.Clone()
+		}
+		pl.applied[name] = pl.desired[name]
+		pl.rebased = append(pl.rebased, name)
+	}
 }
 
 // classify sorts the resources whose target moves into forced, planned and

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/node-resized/node-resized/resources"
@@ -44,6 +45,9 @@ func (p pass) reassert(pl plan, next State, acts []Action) (Action, time.Duratio
 		if p.prev.LimitsFailed != "" {
 			act.Reason += "; the last write failed: " + p.prev.LimitsFailed
 		}
+		return act, 0
+	case len(pl.rebased) > 0:
+		act.Reason = "the kubelet's own reading of " + strings.Join(pl.rebased, ", ") + " (within the jitter of the one held): " + pl.desired.String()
 		return act, 0
 	case p.prev.LimitsFailed != "":
 		due := p.prev.LimitsFailedAt.Add(LimitsRetryAfter(p.prev.LimitsFailures))
