@@ -86,7 +86,9 @@ type WatcherOptions struct {
 //     left as it was in a status write newer than the daemon's last one
 //     is its view too, and so is a value no manager owns (set when the
 //     kubelet registered the Node, and never changed since). The Node is Ready for the running kubelet only
-//     once that process has written status.
+//     once that process has written status: a write whose time is not
+//     before the process's start and that was seen after it started (see
+//     writtenByProcess).
 //   - the pod-resources API, where the kubelet serves it with static CPU
 //     or memory manager policies: the CPUs it may allocate, and memory per
 //     NUMA node, each plus what is reserved.
@@ -100,9 +102,12 @@ type Watcher struct {
 
 	mu sync.Mutex // guards everything below
 	// Inputs.
-	unit      *systemd.UnitState // nil until systemd answered
-	unitErr   string
-	node      *types.NodeView
+	unit    *systemd.UnitState // nil until systemd answered
+	unitErr string
+	node    *types.NodeView
+	// kwSeen is when the kubelet's newest status write on the Node was
+	// first seen, on the clock systemd's process start times are on.
+	kwSeen    time.Time
 	alloc     *Allocatable
 	allocErr  string
 	phys      resources.List
@@ -159,6 +164,9 @@ func (w *Watcher) View() types.KubeletView {
 func (w *Watcher) OnNode(v types.NodeView) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.node == nil || !w.node.StatusWrites[w.opts.FieldManager].Equal(v.StatusWrites[w.opts.FieldManager]) {
+		w.kwSeen = w.opts.Clock.Now()
+	}
 	w.node = &v
 	w.update()
 }
@@ -326,7 +334,7 @@ func (w *Watcher) fromNode() {
 		return // no running process: what the Node shows is a gone one's
 	}
 	kw, dw := n.StatusWrites[w.opts.FieldManager], n.StatusWrites[DaemonFieldManager]
-	if kw.IsZero() || kw.Before(w.processStart()) {
+	if !w.writtenByProcess(kw) {
 		return // nothing written by the running process
 	}
 	at := kw.UTC().Format(time.RFC3339)
@@ -412,8 +420,24 @@ func (w *Watcher) ready() bool {
 		// process's that is gone.
 		return false
 	}
-	kw := n.StatusWrites[w.opts.FieldManager]
-	return !kw.IsZero() && !kw.Before(w.processStart())
+	return w.writtenByProcess(n.StatusWrites[w.opts.FieldManager])
+}
+
+// writtenByProcess reports whether kw, the kubelet's newest status write
+// on the Node, is the running process's. Its time is the API server's, in
+// whole seconds, and the process's start is this machine's: a write the
+// clocks put after the start may be the process's before it when they
+// differ by a second or more, or fall in the same second. So the write
+// must also have been seen, on this machine's clock, after the process
+// started: a process that was stopped (SIGSTOP, a hung kubelet) wrote its
+// last status long before its successor started, and that write is not
+// the successor's however the clocks stand. Without a process known (no
+// systemd), the newest write counts.
+func (w *Watcher) writtenByProcess(kw time.Time) bool {
+	if kw.IsZero() || kw.Before(w.processStart()) {
+		return false
+	}
+	return w.proc.started.IsZero() || w.kwSeen.After(w.proc.started)
 }
 
 // differs reports whether the view differs from the machine on a resource

@@ -71,7 +71,8 @@ func TestWatcherFollowsARestart(t *testing.T) {
 	units := &fakeUnits{}
 	units.set(100, w0.Add(-time.Hour))
 	s := &sink{}
-	w := NewWatcher(WatcherOptions{Systemd: units, Sink: s, Clock: clocktesting.NewFakeClock(w0)})
+	clk := clocktesting.NewFakeClock(w0)
+	w := NewWatcher(WatcherOptions{Systemd: units, Sink: s, Clock: clk})
 	ctx := context.Background()
 	w.OnChange(change(1, w0.Add(-time.Minute), 4), nil) // the daemon's first model
 	w.poll(ctx)
@@ -103,8 +104,10 @@ func TestWatcherFollowsARestart(t *testing.T) {
 	// Someone restarts the kubelet: it read the machine at its start, but
 	// the Node is not Ready for it until it writes status.
 	units.set(200, w0.Add(20*time.Second+300*time.Millisecond))
+	clk.SetTime(w0.Add(20*time.Second + 500*time.Millisecond))
 	w.poll(ctx)
 	check("restarted", 8, false, 0, false, "after the machine's last change")
+	clk.SetTime(w0.Add(21*time.Second + 100*time.Millisecond))
 	w.OnNode(node(8, "node-resized", true, w0.Add(21*time.Second), w0.Add(10*time.Second)))
 	check("its first status write", 8, false, 0, true, "kept by the kubelet's status write")
 
@@ -127,7 +130,8 @@ func TestWatcherNotActive(t *testing.T) {
 	units := &fakeUnits{}
 	units.set(100, w0.Add(-time.Hour))
 	s := &sink{}
-	w := NewWatcher(WatcherOptions{Systemd: units, Sink: s, Clock: clocktesting.NewFakeClock(w0)})
+	clk := clocktesting.NewFakeClock(w0)
+	w := NewWatcher(WatcherOptions{Systemd: units, Sink: s, Clock: clk})
 	ctx := context.Background()
 	w.OnChange(change(1, w0.Add(-time.Minute), 4), nil)
 	w.poll(ctx)
@@ -151,13 +155,89 @@ func TestWatcherNotActive(t *testing.T) {
 	// The new process runs: it read the machine, but is Ready only once
 	// it has written status.
 	units.set(200, w0.Add(2*time.Second+300*time.Millisecond))
+	clk.SetTime(w0.Add(3 * time.Second))
 	w.poll(ctx)
 	if v := w.View(); v.Ready || v.Capacity[resources.CPU] != 3000 {
 		t.Errorf("the new kubelet before its first status write: ready %v cpu %d, want not ready, 3", v.Ready, v.Capacity[resources.CPU]/1000)
 	}
+	clk.SetTime(w0.Add(4*time.Second + 200*time.Millisecond))
 	w.OnNode(node(3, "node-resized", true, w0.Add(4*time.Second), w0.Add(time.Second)))
 	if v := w.View(); !v.Ready || v.Capacity[resources.CPU] != 3000 {
 		t.Errorf("after its first status write: ready %v cpu %d, want ready, 3", v.Ready, v.Capacity[resources.CPU]/1000)
+	}
+}
+
+// TestWatcherOldWriteAcrossClocks: the status write times are the API
+// server's, in whole seconds, and the process's start is this machine's.
+// A kubelet frozen (SIGSTOP) right after a status write, and restarted
+// within the same second by the API server's clock, or on a machine whose
+// clock is behind the API server's, left a write whose time is not before
+// the new process's start: it was taken for the new process's, and the
+// restart was Accepted 0.4 s after it, with the old process's Ready and
+// view. A write counts for the process only when it was seen after the
+// process started, whatever the clocks say; the new process's own first
+// write, seen before the watcher's poll finds the process, still counts.
+func TestWatcherOldWriteAcrossClocks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// lastOld is the old process's last write, by the API server's
+		// clock; start is the new process's start, by this machine's.
+		lastOld, start time.Time
+	}{
+		{"the same second", w0.Add(10 * time.Second), w0.Add(10*time.Second + 600*time.Millisecond)},
+		{"this machine's clock 3 s behind", w0.Add(13 * time.Second), w0.Add(10*time.Second + 600*time.Millisecond)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			units := &fakeUnits{}
+			units.set(100, w0.Add(-time.Hour))
+			clk := clocktesting.NewFakeClock(w0.Add(10 * time.Second))
+			w := NewWatcher(WatcherOptions{Systemd: units, Clock: clk})
+			ctx := context.Background()
+			w.OnChange(change(1, w0.Add(-time.Minute), 4), nil)
+			w.poll(ctx)
+			w.OnNode(node(4, "kubelet", true, tc.lastOld, time.Time{})) // then it is frozen
+			w.OnChange(change(2, w0.Add(10*time.Second+100*time.Millisecond), 3), nil)
+			w.OnNode(node(3, "node-resized", true, tc.lastOld, w0.Add(10*time.Second+200*time.Millisecond)))
+			units.set(200, tc.start) // restarted
+			clk.SetTime(w0.Add(11 * time.Second))
+			w.poll(ctx)
+			if v := w.View(); v.Ready || v.Capacity[resources.CPU] != 3000 {
+				t.Fatalf("the new kubelet before its first status write: ready %v cpu %d (%s); want not ready, 3", v.Ready, v.Capacity[resources.CPU]/1000, v.Sources["cpu"])
+			}
+			// A Node event with the old write again (the daemon's own
+			// patch) changes nothing.
+			clk.SetTime(w0.Add(12 * time.Second))
+			w.OnNode(node(3, "node-resized", true, tc.lastOld, w0.Add(12*time.Second)))
+			if v := w.View(); v.Ready {
+				t.Fatalf("the old process's write, seen again after the start: ready")
+			}
+			// Its first write.
+			clk.SetTime(w0.Add(20 * time.Second))
+			w.OnNode(node(3, "kubelet", true, tc.lastOld.Add(9*time.Second), w0.Add(12*time.Second)))
+			if v := w.View(); !v.Ready || v.Capacity[resources.CPU] != 3000 || !strings.Contains(v.Sources["cpu"], "as the kubelet wrote it") {
+				t.Fatalf("after its first status write: ready %v cpu %d (%s); want ready, 3 as it wrote it", v.Ready, v.Capacity[resources.CPU]/1000, v.Sources["cpu"])
+			}
+		})
+	}
+
+	// The new process writes before the poll finds it: the write was
+	// seen after its start, and counts once the poll comes.
+	units := &fakeUnits{}
+	units.set(100, w0.Add(-time.Hour))
+	clk := clocktesting.NewFakeClock(w0)
+	w := NewWatcher(WatcherOptions{Systemd: units, Clock: clk})
+	ctx := context.Background()
+	w.OnChange(change(1, w0.Add(-time.Minute), 4), nil)
+	w.poll(ctx)
+	w.OnNode(node(4, "kubelet", true, w0.Add(-time.Minute), time.Time{}))
+	w.OnChange(change(2, w0.Add(time.Second), 3), nil)
+	clk.SetTime(w0.Add(4 * time.Second))
+	w.OnNode(node(3, "kubelet", true, w0.Add(4*time.Second), time.Time{})) // restarted at 2 s, written at 4 s
+	units.set(200, w0.Add(2*time.Second))
+	clk.SetTime(w0.Add(5 * time.Second))
+	w.poll(ctx)
+	if v := w.View(); !v.Ready || v.Capacity[resources.CPU] != 3000 {
+		t.Fatalf("a write seen before the poll found its process: ready %v cpu %d, want ready, 3", v.Ready, v.Capacity[resources.CPU]/1000)
 	}
 }
 
