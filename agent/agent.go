@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -254,6 +255,10 @@ type Agent struct {
 	// before the start are re-asserted then); only Run's goroutine uses
 	// them.
 	started, reasserted bool
+	// models counts the machine models given (OnChange); taken is the
+	// count the newest pass had been given when it gathered its input
+	// (Deciding).
+	models, taken atomic.Uint64
 
 	mu sync.Mutex // guards the inputs and the status below
 	// Inputs.
@@ -338,6 +343,14 @@ func (a *Agent) Status() Status {
 	return a.status
 }
 
+// Deciding reports whether a machine model has come that no pass has
+// taken yet: a status published now may be about to be replaced by a
+// newer one. It is meant for the relay's hold of a gain
+// (kube's HoldGainsWhile), so that a gain whose models come faster than
+// the passes (a DIMM onlined block by block on a loaded machine) is one
+// patch; it never blocks.
+func (a *Agent) Deciding() bool { return a.taken.Load() < a.models.Load() }
+
 func (a *Agent) poke() {
 	select {
 	case a.wake <- struct{}{}:
@@ -362,6 +375,7 @@ func (a *Agent) OnChange(c monitor.Change, snap *topology.Snapshot) {
 	}
 	a.physical = &p
 	a.snap = snap
+	a.models.Add(1)
 	if c.LatencySeconds > 0 && a.since.IsZero() {
 		a.since = c.Time.Add(-c.Latency())
 	}
@@ -640,6 +654,7 @@ func (a *Agent) gather() (passInput, bool) {
 		checkpoints, stale bool
 	)
 	rel, released := a.releaseInput()
+	a.taken.Store(a.models.Load()) // a.mu orders it after OnChange's count
 	if v := a.kubelet; v != nil && v.Known() {
 		k = decide.Kubelet{Known: true, Capacity: v.Capacity.Clone(), Ready: v.Ready, Report: a.report}
 		// An eviction pass runs until the evictor reports its generation done.

@@ -524,3 +524,83 @@ func TestUnmeasuredHoldsLastAmount(t *testing.T) {
 		t.Fatalf("without a failed read: ephemeral-storage %d, want none", got)
 	}
 }
+
+// gateEnforcer blocks each grow until the test lets it through, so that
+// a model can come while a pass is under way.
+type gateEnforcer struct {
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (e gateEnforcer) Apply(_ context.Context, r cgroup.Request, _ topology.CPUSet) error {
+	if r.Kind == cgroup.KindGrow {
+		e.entered <- struct{}{}
+		<-e.gate
+	}
+	return nil
+}
+
+// decidingRelay records, with each status, whether the agent said a newer
+// model was waiting for its pass when the status was published.
+type decidingRelay struct {
+	fakeRelay
+	a        *Agent
+	deciding []bool
+}
+
+func (r *decidingRelay) Publish(s types.NodeStatus) {
+	r.fakeRelay.Publish(s)
+	r.mu.Lock()
+	r.deciding = append(r.deciding, r.a.Deciding())
+	r.mu.Unlock()
+}
+
+// TestDecidingWhileANewerModelWaits: a gain published by a pass while a
+// newer model waits says so (Deciding), so that the relay holds it for the
+// next pass's status; the status of the pass that took the newest model
+// does not, and neither does an agent with nothing left to decide.
+func TestDecidingWhileANewerModelWaits(t *testing.T) {
+	enf := gateEnforcer{entered: make(chan struct{}), gate: make(chan struct{})}
+	relay := &decidingRelay{}
+	a := New(Config{Enforcer: enf}, relay)
+	relay.a = a
+	m4 := machine(4)
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m4.Capacity()}, m4)
+	if !a.Deciding() {
+		t.Fatal("a model no pass has taken: Deciding is false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, func() bool { _, ok := relay.last(); return ok && !a.Deciding() })
+
+	m6, m8 := machine(6), machine(8)
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m6.Capacity()}, m6)
+	<-enf.entered // the pass for 6 CPUs grows kubepods
+	a.OnChange(monitor.Change{Time: time.Now(), Capacity: m8.Capacity()}, m8)
+	enf.gate <- struct{}{}
+	<-enf.entered // the pass for 8 CPUs
+	enf.gate <- struct{}{}
+	waitUntil(t, func() bool { s, ok := relay.last(); return ok && s.Capacity["cpu"] == 8000 && !a.Deciding() })
+
+	relay.mu.Lock()
+	defer relay.mu.Unlock()
+	var saw6 bool
+	for i, s := range relay.statuses {
+		switch s.Capacity["cpu"] {
+		case 6000:
+			saw6 = true
+			if !relay.deciding[i] {
+				t.Errorf("the status for 6 CPUs went out while the model with 8 waited, and Deciding said false")
+			}
+		case 8000:
+			if relay.deciding[i] {
+				t.Errorf("the status for 8 CPUs, the newest model, went out with Deciding true")
+			}
+		}
+	}
+	if !saw6 {
+		t.Fatalf("statuses %v: want one for 6 CPUs, published by the pass that took that model", relay.statuses)
+	}
+}

@@ -123,11 +123,19 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	p.readNode(ctx, o, log, m)
 	subs := p.subscribers(o, log, m)
 	var busy func() bool
+	if p.relay != nil {
+		// A gain is held while a newer model waits for the agent's pass,
+		// so that a status it is about to replace does not go out first.
+		pending := p.agent.Deciding
+		if p.onliner != nil {
+			// And while the onliner has blocks to bring online, or has
+			// brought some that no model shows yet.
+			pending = func() bool { return p.onliner.Settling() || p.agent.Deciding() }
+		}
+		p.relay.HoldGainsWhile(pending) // one patch, however slowly a DIMM's blocks reach the model and the agent
+	}
 	if p.onliner != nil {
 		busy = p.onliner.Busy // a DIMM being onlined block by block is one burst
-		if p.relay != nil {
-			p.relay.HoldGainsWhile(p.onliner.Settling) // and one patch, however slowly its blocks reach the model
-		}
 	}
 	p.monitor = newMonitor(o, fsys, src, subs, busy, log, m)
 	if p.releaser != nil {
