@@ -5,7 +5,9 @@
 #   make vet        go vet (root, test and chart modules, the kubelet parity
 #                   modules), staticcheck (root, test, tools, parity cases), shellcheck
 #                   (every shell script: lint-sh), promtool on the alerting
-#                   rules and their unit tests (rules-test)
+#                   rules and their unit tests (rules-test); in two halves,
+#                   vet-ship (what ships, the tools, the scripts and rules)
+#                   and vet-tests (the test modules)
 #   make bench      parser and topology benchmarks (compare runs with benchstat)
 #   make e2e        end-to-end tests against a real control plane (first build of
 #                   etcd, kube-apiserver and kube-scheduler: about 8 minutes),
@@ -68,7 +70,7 @@ NODE_PARALLEL ?= 2
 # them reach the slot queue together and it picks the order.
 NODE_GO_PARALLEL = -parallel 64
 
-.PHONY: all build build-cross cross-compile run test test-cross test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet lint-sh rules-test fmt install package package-test image man clean
+.PHONY: all build build-cross cross-compile run test test-cross test-unit test-integration bench fuzz e2e fleet-bench parity chart-test e2e-vm e2e-vm-ppc64le e2e-node e2e-node-matrix e2e-node-all cluster-up cluster-down vet vet-ship vet-tests lint-sh rules-test fmt install package package-test image man clean
 
 all: build
 
@@ -161,19 +163,30 @@ PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test $(TEST_VET
 # chart's module and the older kubelets' parity modules (Helm's SDK, three
 # more versions of k8s.io/kubernetes, which staticcheck analyses whole:
 # with them a cold make vet took 55 minutes) get go vet only.
-vet: lint-sh rules-test
+#
+# vet-ship checks what ships and what builds it (the root module, tools/,
+# the shell scripts, the alerting rules); vet-tests the test modules, the
+# bulk of a cold make vet (k8s.io/kubernetes four times, Helm's SDK). CI
+# runs vet-ship first and vet-tests beside the real-node tests, at the
+# lowest CPU priority, once the steps before them have compiled what it
+# type-checks.
+vet: vet-ship vet-tests
+
+vet-ship: lint-sh rules-test
 	$(GO) vet ./...
+	cd tools && $(GO) vet ./...
+	$(STATICCHECK) ./...
+	cd tools && $(STATICCHECK) ./...
+
+vet-tests:
 	cd test && $(GO) vet ./...
 	cd test && $(GO) vet -tags matrix ./node/
 	cd test/chart && $(GO) vet ./...
 	test/kubeletparity/sync-pins --check
 	for m in $(PARITY_CASES) $(PARITY_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
-	cd tools && $(GO) vet ./...
-	$(STATICCHECK) ./...
 	cd test && $(STATICCHECK) ./...
 	cd test && $(STATICCHECK) -tags matrix ./node/
 	cd $(PARITY_CASES) && $(STATICCHECK) ./...
-	cd tools && $(STATICCHECK) ./...
 
 # promtool at the version tools/go.mod pins (built from the Prometheus
 # module like staticcheck; the first build takes minutes): it checks the
