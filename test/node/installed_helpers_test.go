@@ -199,6 +199,24 @@ func daemonLog(t *testing.T, n *Node, msg string, since time.Time) []JournalEntr
 	return out
 }
 
+// daemonLogs reads node-resized's own journal records written after since
+// once, and returns daemonLog's filter over them: a test that looks for
+// several messages of one window pays for one journalctl (most of a
+// second of the emulated guest's CPU) instead of one each.
+func daemonLogs(t *testing.T, n *Node, since time.Time) func(msg string) []JournalEntry {
+	t.Helper()
+	all, _ := daemonLogCursor(t, n, "", since)
+	return func(msg string) []JournalEntry {
+		var out []JournalEntry
+		for _, e := range all {
+			if strings.HasPrefix(e.Message(), msg) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+}
+
 // daemonLogCursor is daemonLog, with the cursor of the unit's last record
 // ("" when there is none) for Node.WaitJournal.
 func daemonLogCursor(t *testing.T, n *Node, msg string, since time.Time) ([]JournalEntry, string) {

@@ -997,13 +997,14 @@ done`, mt0-balloonBy+100*mib, installedReserved)
 		return nd.Status.Capacity.Memory().Value() == last.mm+installedReserved
 	})
 	t.Logf("Node: %s", describeNode(nd))
-	for _, e := range daemonLog(t, n, "machine changed", mark) {
+	logs := daemonLogs(t, n, mark)
+	for _, e := range logs("machine changed") {
 		t.Logf("journal: %q: %s", e.Message(), journalFields(e))
 		if tr := e.str("TRIGGERS"); !strings.Contains(tr, "memtotal") || strings.Contains(tr, "uevent") {
 			t.Errorf("a change during the balloon with triggers %q, want memtotal only", tr)
 		}
 	}
-	clamps := daemonLog(t, n, "kubepods clamped", mark)
+	clamps := logs("kubepods clamped")
 	if len(clamps) == 0 {
 		t.Errorf("no \"kubepods clamped\" in the journal since the balloon")
 	}
@@ -1012,7 +1013,7 @@ done`, mt0-balloonBy+100*mib, installedReserved)
 		lats = append(lats, e.str("LATENCY"))
 	}
 	patchLat := ""
-	for _, e := range daemonLog(t, n, "Node status patched", mark) {
+	for _, e := range logs("Node status patched") {
 		if l := e.str("LATENCY"); l != "" {
 			patchLat += l + " "
 		}

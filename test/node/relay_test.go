@@ -475,7 +475,8 @@ func (s *installed) dimmBurst(t *testing.T, mark time.Time, mem0, want int64, lo
 		t.Fatalf("block_size_bytes: %v", err)
 	}
 	var changes int
-	for _, e := range daemonLog(t, n, "machine changed", mark) {
+	logs := daemonLogs(t, n, mark)
+	for _, e := range logs("machine changed") {
 		if !strings.Contains(e.str("CHANGES"), "memory") {
 			continue
 		}
@@ -486,7 +487,7 @@ func (s *installed) dimmBurst(t *testing.T, mark time.Time, mem0, want int64, lo
 	// differs from the one before (a condition-only patch repeats it).
 	var memPatches int
 	prev := fmt.Sprintf("memory=%dKi,", mem0>>10)
-	for _, e := range daemonLog(t, n, "Node status patched", mark) {
+	for _, e := range logs("Node status patched") {
 		c := e.str("CAPACITY")
 		i := strings.Index(c, "memory=")
 		if i < 0 {
@@ -777,18 +778,19 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 			}
 		}
 		restarted := waitDaemonLog(t, n, "kubelet restarted", mark, 2*time.Minute)
-		for _, e := range daemonLog(t, n, "", mark) {
+		logs := daemonLogs(t, n, mark)
+		for _, e := range logs("") {
 			if strings.Contains(e.Message(), "kubelet") || strings.Contains(e.Message(), "checkpoint") {
 				t.Logf("journal: %s %q", e.Time().Format("15:04:05.000"), e.Message())
 			}
 		}
-		if f := daemonLog(t, n, "kubelet restart failed", mark); len(f) > 0 {
+		if f := logs("kubelet restart failed"); len(f) > 0 {
 			t.Errorf("%q: %s", f[0].Message(), journalFields(f[0]))
 		}
-		if one := daemonLog(t, n, "restarting the kubelet in one job", mark); len(one) != 1 {
+		if one := logs("restarting the kubelet in one job"); len(one) != 1 {
 			t.Errorf("%d records of a restart in one job, want 1", len(one))
 		}
-		if stop := daemonLog(t, n, "restarting the kubelet without node-resized's pre-start", mark); len(stop) > 0 {
+		if stop := logs("restarting the kubelet without node-resized's pre-start"); len(stop) > 0 {
 			t.Errorf("the daemon restarted the kubelet without the pre-start: %s", journalFields(stop[0]))
 		}
 		onePrestartRun(t, n, "the daemon's restart", mark, "rewritten")
@@ -797,7 +799,7 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 			t.Errorf("kubelet MainPID %s after the restart (was %s)", pid, pid0)
 		}
 		began := restarted[0].Time().Add(-30 * time.Second)
-		if b := daemonLog(t, n, "restarting the kubelet", mark); len(b) > 0 {
+		if b := logs("restarting the kubelet"); len(b) > 0 {
 			began = b[0].Time()
 		}
 		nd := waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with 3 CPUs", 2*time.Minute, func(nd *corev1.Node) bool {

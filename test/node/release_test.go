@@ -317,10 +317,11 @@ func (s *installed) udevReplay(t *testing.T, excl *corev1.Pod, unit string) {
 		t.Fatalf("%d CPUs released again after the replay, want cpu 3 then cpu 2", len(again))
 	}
 	// --auto-online saw the same add uevents and left the held CPUs alone.
-	for _, e := range daemonLog(t, n, "not bringing a hot-added device online", mark) {
+	logs := daemonLogs(t, n, mark)
+	for _, e := range logs("not bringing a hot-added device online") {
 		t.Logf("journal: %s %q: %s", e.Time().Format("15:04:05.000"), e.Message(), journalFields(e))
 	}
-	for _, e := range daemonLog(t, n, "brought a hot-added device online", mark) {
+	for _, e := range logs("brought a hot-added device online") {
 		t.Errorf("--auto-online brought a released CPU online: %s", journalFields(e))
 	}
 	nd := waitNode(t, cs, n.Name(), "Accepted at cpu 2 after the replay", 3*time.Minute, func(nd *corev1.Node) bool {
@@ -331,11 +332,12 @@ func (s *installed) udevReplay(t *testing.T, excl *corev1.Pod, unit string) {
 	if on := guestSh(t, n, "cat /sys/devices/system/cpu/online"); on != "0-1" {
 		t.Errorf("online CPUs %s after the replay, want 0-1", on)
 	}
-	restarts := daemonLog(t, n, "kubelet restarted", mark)
+	logs = daemonLogs(t, n, mark) // after the Accepted
+	restarts := logs("kubelet restarted")
 	s.timing("a udev replay: the rule onlined %v; released again %v after the trigger (%d kubelet restart(s)); Accepted at cpu 2 after %v",
 		onlined, again[len(again)-1].Time().Sub(mark).Round(time.Millisecond), len(restarts), time.Since(r0).Round(time.Millisecond))
 	t.Logf("after the replay: %s", describeNode(nd))
-	if ev := daemonLog(t, n, "evicted pod", mark); len(ev) > 0 {
+	if ev := logs("evicted pod"); len(ev) > 0 {
 		t.Errorf("node-resized evicted %d pod(s) after the replay", len(ev))
 	}
 	for _, e := range nodeEvents(t, s, r0) {

@@ -194,17 +194,18 @@ func (s *installed) virtioMemStep(t *testing.T, from, to uint64, mem0 int64, mem
 	}
 
 	// What the step cost, from the daemon's journal and metrics.
-	changes := daemonLog(t, n, "machine changed", mark)
+	logs := daemonLogs(t, n, mark)
+	changes := logs("machine changed")
 	var firstPatch time.Time
-	patches := daemonLog(t, n, "Node status patched", mark)
+	patches := logs("Node status patched")
 	if len(patches) > 0 {
 		firstPatch = patches[0].Time()
 		st.patch = firstPatch.Sub(mark)
 	}
 	st.patches = len(patches)
-	clamps := daemonLog(t, n, "kubepods clamped", mark)
+	clamps := logs("kubepods clamped")
 	st.clamps = len(clamps)
-	st.restarts = len(daemonLog(t, n, "kubelet restarted", mark))
+	st.restarts = len(logs("kubelet restarted"))
 	var prev int64 = -1
 	for _, e := range changes {
 		st.changes++
