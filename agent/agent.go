@@ -255,10 +255,10 @@ type Agent struct {
 	// before the start are re-asserted then); only Run's goroutine uses
 	// them.
 	started, reasserted bool
-	// models counts the machine models given (OnChange); taken is the
-	// count the newest pass had been given when it gathered its input
-	// (Deciding).
-	models, taken atomic.Uint64
+	// models counts the machine models given (OnChange); decided is the
+	// count the last finished pass had been given when it gathered its
+	// input (Deciding).
+	models, decided atomic.Uint64
 
 	mu sync.Mutex // guards the inputs and the status below
 	// Inputs.
@@ -343,13 +343,17 @@ func (a *Agent) Status() Status {
 	return a.status
 }
 
-// Deciding reports whether a machine model has come that no pass has
-// taken yet: a status published now may be about to be replaced by a
-// newer one. It is meant for the relay's hold of a gain
+// Deciding reports whether a machine model has come that no finished
+// pass has decided on: a status published now may be about to be
+// replaced by a newer one. (A pass publishes before it ends, so its own
+// status goes out with Deciding true: the relay holds it until the pass
+// is done, a few hundred milliseconds on a loaded machine. Counting the
+// model as taken when the pass gathered it let the status of the pass
+// before go out while that pass still grew kubepods.) It is meant for the relay's hold of a gain
 // (kube's HoldGainsWhile), so that a gain whose models come faster than
 // the passes (a DIMM onlined block by block on a loaded machine) is one
 // patch; it never blocks.
-func (a *Agent) Deciding() bool { return a.taken.Load() < a.models.Load() }
+func (a *Agent) Deciding() bool { return a.decided.Load() < a.models.Load() }
 
 func (a *Agent) poke() {
 	select {
@@ -552,6 +556,9 @@ type passInput struct {
 	checkpoints, stale bool
 	// released is what the releaser holds released on snap.
 	released types.Released
+	// models is how many models the agent had been given (a.mu orders
+	// it after OnChange's count).
+	models uint64
 }
 
 // pass takes one decision and carries it out; it returns when to decide
@@ -616,6 +623,7 @@ func (a *Agent) pass(ctx context.Context) time.Duration {
 	}
 	a.started = true
 	a.record(p, d, published)
+	a.decided.Store(p.models)
 	if again {
 		a.poke()
 	}
@@ -654,7 +662,6 @@ func (a *Agent) gather() (passInput, bool) {
 		checkpoints, stale bool
 	)
 	rel, released := a.releaseInput()
-	a.taken.Store(a.models.Load()) // a.mu orders it after OnChange's count
 	if v := a.kubelet; v != nil && v.Known() {
 		k = decide.Kubelet{Known: true, Capacity: v.Capacity.Clone(), Ready: v.Ready, Report: a.report}
 		// An eviction pass runs until the evictor reports its generation done.
@@ -679,6 +686,7 @@ func (a *Agent) gather() (passInput, bool) {
 			Starts:       slices.Clone(a.starts),
 		},
 		snap: a.snap, since: a.since, source: a.source, checkpoints: checkpoints, stale: stale, released: released,
+		models: a.models.Load(),
 	}, true
 }
 

@@ -557,8 +557,11 @@ func (r *decidingRelay) Publish(s types.NodeStatus) {
 
 // TestDecidingWhileANewerModelWaits: a gain published by a pass while a
 // newer model waits says so (Deciding), so that the relay holds it for the
-// next pass's status; the status of the pass that took the newest model
-// does not, and neither does an agent with nothing left to decide.
+// next pass's status, and so does the status of a pass not yet finished
+// (it publishes before it ends); an agent with nothing left to decide
+// does not. On the real node the pass for 4 of a DIMM's 8 blocks
+// published while the pass for all 8 grew kubepods, and counting a model
+// as decided when its pass began let the first status go out alone.
 func TestDecidingWhileANewerModelWaits(t *testing.T) {
 	enf := gateEnforcer{entered: make(chan struct{}), gate: make(chan struct{})}
 	relay := &decidingRelay{}
@@ -595,8 +598,8 @@ func TestDecidingWhileANewerModelWaits(t *testing.T) {
 				t.Errorf("the status for 6 CPUs went out while the model with 8 waited, and Deciding said false")
 			}
 		case 8000:
-			if relay.deciding[i] {
-				t.Errorf("the status for 8 CPUs, the newest model, went out with Deciding true")
+			if !relay.deciding[i] {
+				t.Errorf("the status for 8 CPUs went out before its pass ended, and Deciding said false")
 			}
 		}
 	}
