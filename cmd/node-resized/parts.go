@@ -124,8 +124,9 @@ func assemble(ctx context.Context, o *options, log *slog.Logger) (*parts, error)
 	subs := p.subscribers(o, log, m)
 	var busy func() bool
 	if p.relay != nil {
-		// A gain is held while a newer model waits for the agent's pass,
-		// so that a status it is about to replace does not go out first.
+		// A gain is held until the agent's pass on the newest model is
+		// done, so that a status it is about to replace does not go out
+		// first.
 		pending := p.agent.Deciding
 		if p.onliner != nil {
 			// And while the onliner has blocks to bring online, or has
