@@ -467,8 +467,8 @@ type nodeVersion struct {
 	heartbeat bool // only the kubelet's Ready heartbeat changed
 	ready     bool // the Ready condition is True
 	// kubeletWrite is the kubelet's status entry's time in managedFields
-	// (the API server's clock, whole seconds).
-	kubeletWrite time.Time
+	// (the API server's clock, whole seconds); daemonWrite node-resized's.
+	kubeletWrite, daemonWrite time.Time
 }
 
 func (v nodeVersion) String() string {
@@ -532,6 +532,9 @@ func (h *nodeHistory) add(n *corev1.Node) {
 		if m.Manager == "kubelet" && m.Time.Time.After(v.kubeletWrite) {
 			v.kubeletWrite = m.Time.Time
 		}
+		if m.Manager == "node-resized" && m.Time.Time.After(v.daemonWrite) {
+			v.daemonWrite = m.Time.Time
+		}
 		if !m.Time.Time.Before(newest) {
 			newest, v.manager = m.Time.Time, m.Manager
 		}
@@ -541,6 +544,16 @@ func (h *nodeHistory) add(n *corev1.Node) {
 	if k := len(h.entries); k > 0 {
 		p := h.entries[k-1]
 		v.heartbeat = p.cpu == v.cpu && p.mem == v.mem && p.reason == v.reason
+		// The times are whole seconds: a kubelet write in the second of
+		// node-resized's last patch ties with it, and the newest entry
+		// may name either. The manager whose time moved since the
+		// version before wrote this one.
+		switch {
+		case v.kubeletWrite.After(p.kubeletWrite):
+			v.manager = "kubelet"
+		case v.daemonWrite.After(p.daemonWrite):
+			v.manager = "node-resized"
+		}
 	}
 	h.entries = append(h.entries, v)
 }
