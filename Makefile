@@ -168,10 +168,10 @@ PARITY_TEST    = for m in $(PARITY_MODULES); do (cd $$m && $(GO) test $(TEST_VET
 # staticcheck over what ships and the tools; vet-staticcheck-tests runs
 # staticcheck over the test modules (about 400 CPU-seconds on a cold
 # cache, in its own analysis cache). CI runs make vet first: its compiles
-# of every module come before the background builds of the same packages
-# (run after them, they were done twice), and a vet run beside the
-# real-node tests, even at the lowest CPU priority, made their guests
-# slower (docs/measurements.md, CI time).
+# of every module then come before the background builds of the same
+# packages (moved later, they ran beside those builds and were done
+# twice), and a vet run beside the real-node tests, even at the lowest
+# CPU priority, made their guests slower (docs/measurements.md, CI time).
 vet: vet-go vet-staticcheck-tests
 
 vet-go: lint-sh rules-test

@@ -345,14 +345,14 @@ func (a *Agent) Status() Status {
 
 // Deciding reports whether a machine model has come that no finished
 // pass has decided on: a status published now may be about to be
-// replaced by a newer one. (A pass publishes before it ends, so its own
-// status goes out with Deciding true: the relay holds it until the pass
-// is done, a few hundred milliseconds on a loaded machine. Counting the
-// model as taken when the pass gathered it let the status of the pass
-// before go out while that pass still grew kubepods.) It is meant for the relay's hold of a gain
+// replaced by a newer one. It is meant for the relay's hold of a gain
 // (kube's HoldGainsWhile), so that a gain whose models come faster than
 // the passes (a DIMM onlined block by block on a loaded machine) is one
-// patch; it never blocks.
+// patch; it never blocks. A pass publishes before it ends, so its own
+// status goes out with Deciding true and the relay holds it until the
+// pass is done, a few hundred milliseconds on a loaded machine (counting
+// a model as decided when its pass began let the status of the pass
+// before go out while that pass still grew kubepods).
 func (a *Agent) Deciding() bool { return a.decided.Load() < a.models.Load() }
 
 func (a *Agent) poke() {
