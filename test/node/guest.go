@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Guest paths and names.
@@ -158,6 +160,26 @@ RestartSec=1
 WantedBy=sysinit.target
 `
 
+// initDone is what the initramfs's /init prints as it hands over to
+// systemd, and earlyStall how long its console may stay silent before
+// that (vm.Config.EarlyStall): each step below says itself first, and
+// none takes more than a few seconds even on a loaded machine.
+const (
+	initDone   = "node-init: switching to systemd"
+	earlyStall = 90 * time.Second
+)
+
+// lastLine returns the last non-empty line of a file, "" if it cannot be
+// read.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
 // initScript is the initramfs's /init. It mounts this machine's root
 // read-only over 9p, puts a tmpfs overlay on it, writes the node's files
 // into the overlay, configures the network card and hands over to systemd.
@@ -169,10 +191,12 @@ fail() { say "FAILED: $*"; exit 1; } # PID 1 exits: panic, reboot, QEMU quits
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+say "loading modules"
 while read -r m; do
 	insmod "/lib/modules/vm/$m.ko" || say "insmod $m failed"
 done </lib/modules/vm/load-order
 
+say "mounting the root share"
 mkdir -p /lower /rw /newroot
 mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=mmap,msize=262144 ` + rootTag + ` /lower ||
 	fail "mount the root share"
@@ -181,6 +205,7 @@ mkdir -p /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot ||
 	fail "mount the overlay"
 
+say "writing the node's files"
 # This machine's own enablement (its services, timers, gettys, default
 # target) is not the node's: start from the distribution's units.
 rm -rf /newroot/etc/systemd/system/*.wants /newroot/etc/systemd/system/*.requires \
@@ -202,6 +227,7 @@ mkdir -p /newroot/etc/vm/bin /newroot/etc/kubernetes/manifests /newroot/var/lib/
 cp /bin/busybox /newroot/etc/vm/bin/busybox && ln -sf busybox /newroot/etc/vm/bin/usleep &&
 	cp /etc/vm/agent /newroot/etc/vm/agent || fail "install the agent"
 
+say "configuring the network"
 if [ -e /sys/class/net/eth0 ]; then
 	ip link set lo up
 	ip link set eth0 up
@@ -212,6 +238,7 @@ else
 fi
 # The node's own /tmp: this machine's would be walked over 9p and emptied
 # (in the overlay) by systemd-tmpfiles at boot, which took 15 s.
+say "mounting /tmp and the output share"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /newroot/tmp || fail "mount /tmp"
 mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=262144 ` + outTag + ` /newroot` + GuestOutDir + ` ||
 	say "no output share"

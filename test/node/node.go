@@ -459,9 +459,7 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Append != "" {
 		append_ += " " + cfg.Append
 	}
-	bctx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
-	defer cancel()
-	n.VM, err = vm.Boot(bctx, vm.Config{
+	vcfg := vm.Config{
 		Kernel:     cfg.Kernel.Image,
 		Initramfs:  n.initrd,
 		Accel:      cfg.Accel,
@@ -483,9 +481,26 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			{Tag: rootTag, Path: "/", ReadOnly: true},
 			{Tag: outTag, Path: outDir},
 		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+		EarlyStall: earlyStall,
+		EarlyDone:  initDone,
+	}
+	// A boot whose kernel or initramfs stops printing is booted once
+	// more: it happened about once in a few hundred boots, after the
+	// modules were loaded and before systemd, and the guest never
+	// recovered. Nothing of the node has run yet at that point.
+	for attempt := 1; ; attempt++ {
+		bctx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
+		n.VM, err = vm.Boot(bctx, vcfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt > 1 || !errors.Is(err, vm.ErrEarlyStall) {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		stalled := filepath.Join(n.dir, "console-stalled.log")
+		os.Rename(filepath.Join(n.dir, "console.log"), stalled)
+		logf("node: the boot stalled before systemd (its console: %s; last line %q); booting again", stalled, lastLine(stalled))
 	}
 	n.agentReady = time.Since(start)
 	logf("node: guest agent answers after %v", n.agentReady.Round(time.Millisecond))

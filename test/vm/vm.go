@@ -109,7 +109,20 @@ type Config struct {
 	Disks []Disk
 	// ExtraArgs are added to QEMU's arguments.
 	ExtraArgs []string
+	// EarlyStall bounds the boot's early stage, the kernel's and the
+	// initramfs's: until the console shows EarlyDone, a console that has
+	// printed nothing new for EarlyStall ends the boot with
+	// ErrEarlyStall, so that a caller can boot again rather than wait out
+	// the whole boot timeout. Zero (or an empty EarlyDone) turns it off.
+	// The early stage prints steadily: the kernel as it probes, and an
+	// initramfs that says each step before it takes it.
+	EarlyStall time.Duration
+	EarlyDone  string
 }
+
+// ErrEarlyStall is the cause of a boot whose early stage stopped printing
+// (Config.EarlyStall).
+var ErrEarlyStall = errors.New("the guest's console stopped before the early stage ended")
 
 // Share is one host folder exported to the guest (QEMU -virtfs, local
 // backend, security_model=none: the guest sees the files with their host
@@ -423,9 +436,12 @@ func boot(ctx context.Context, cfg Config) (_ *VM, err error) {
 	}()
 	cause := func(err error) error {
 		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
-			return fmt.Errorf("%w (%v)", err, c)
+			return fmt.Errorf("%w (%w)", err, c)
 		}
 		return err
+	}
+	if cfg.EarlyStall > 0 && cfg.EarlyDone != "" {
+		go v.watchEarlyStage(ctx, cancelExit)
 	}
 
 	// QEMU connects to the agent socket at startup, long before the guest
@@ -670,6 +686,38 @@ func (v *VM) shutdown() error {
 		return fmt.Errorf("close vm: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// watchEarlyStage cancels the boot with ErrEarlyStall when the console
+// has not grown for Config.EarlyStall before it shows Config.EarlyDone.
+// It returns when the boot ends either way.
+func (v *VM) watchEarlyStage(ctx context.Context, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var size int64
+	grew := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fi, err := os.Stat(v.ConsoleLog())
+		if err != nil || fi.Size() != size {
+			if err == nil {
+				size = fi.Size()
+			}
+			grew = time.Now()
+			continue
+		}
+		if b, err := os.ReadFile(v.ConsoleLog()); err == nil && bytes.Contains(b, []byte(v.cfg.EarlyDone)) {
+			return
+		}
+		if time.Since(grew) >= v.cfg.EarlyStall {
+			cancel(fmt.Errorf("%w: nothing new for %v, before %q", ErrEarlyStall, v.cfg.EarlyStall, v.cfg.EarlyDone))
+			return
+		}
+	}
 }
 
 // diagnostics returns the tails of the console and QEMU logs, to append to

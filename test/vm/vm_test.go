@@ -526,3 +526,50 @@ func TestBootFailsFast(t *testing.T) {
 		t.Errorf("error does not show QEMU's complaint: %v", err)
 	}
 }
+
+// TestBootEarlyStall: a guest whose initramfs stops printing before it
+// says it is done ends the boot with ErrEarlyStall after EarlyStall, not
+// after the boot timeout; and one that prints the marker is not stopped
+// by a later silence (the default initramfs prints nothing while its
+// agent starts).
+func TestBootEarlyStall(t *testing.T) {
+	k := needKernel(t)
+	dir := t.TempDir()
+	initrd, err := BuildInitramfs(InitramfsConfig{
+		Kernel: k,
+		Output: filepath.Join(dir, "initramfs.cpio"),
+		Init:   "#!/bin/sh\necho 'init: waiting' >/dev/console\nexec sleep 600\n",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	v, err := Boot(ctx, Config{Kernel: k.Image, Initramfs: initrd, Dir: dir, EarlyStall: 10 * time.Second, EarlyDone: "init: done"})
+	if err == nil {
+		v.Close()
+		t.Fatal("Boot succeeded with an init that never starts the agent")
+	}
+	if !errors.Is(err, ErrEarlyStall) {
+		t.Fatalf("Boot failed without ErrEarlyStall: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Boot ran into the boot timeout: %v", err)
+	}
+	t.Logf("stalled boot ended after %v: %.200s", time.Since(start).Round(time.Second), err)
+
+	dir = t.TempDir()
+	// The default initramfs, silent for longer than EarlyStall right
+	// after it says it is done.
+	init := strings.Replace(initScript, "\n", "\necho 'init: done' >/dev/console\nsleep 15\n", 1)
+	initrd, err = BuildInitramfs(InitramfsConfig{Kernel: k, Output: filepath.Join(dir, "initramfs.cpio"), Init: init})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err = Boot(ctx, Config{Kernel: k.Image, Initramfs: initrd, Dir: dir, EarlyStall: 10 * time.Second, EarlyDone: "init: done"})
+	if err != nil {
+		t.Fatalf("Boot stopped after the early stage ended: %v", err)
+	}
+	v.Close()
+}
