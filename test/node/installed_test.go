@@ -1158,10 +1158,10 @@ func (s *installed) uninstallPurge(t *testing.T) {
 
 	// The kubelet restarted by hand: Ready with its own view, no refusal.
 	mark := guestNow(t, n)
-	began := time.Now()
 	guestSh(t, n, "systemctl restart kubelet")
+	since := newKubeletSince(t, n)
 	nd := waitNode(t, cs, n.Name(), "Ready by the kubelet restarted after the purge", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, began) && nd.Status.Capacity.Memory().Value() == mem
+		return readyAfter(nd, since) && nd.Status.Capacity.Memory().Value() == mem
 	})
 	t.Logf("after the purge and a kubelet restart: %s", describeNode(nd))
 	noRefusal(t, n, "the kubelet restarted after the purge", mark)

@@ -385,8 +385,9 @@ func kubeletVersion(t *testing.T, version string, podLevel bool) {
 		}
 		r0 := guestNow(t, n)
 		guestSh(t, n, "systemctl restart kubelet")
+		since := newKubeletSince(t, n)
 		nd := waitNode(t, cs, n.Name(), "Ready by the kubelet restarted by hand on 4 CPUs", 2*time.Minute, func(nd *corev1.Node) bool {
-			return readyAfter(nd, r0) && nd.Status.Capacity.Cpu().Value() == 4
+			return readyAfter(nd, since) && nd.Status.Capacity.Cpu().Value() == 4
 		})
 		s.timing("%s prestart: systemctl restart kubelet -> Ready with cpu=4 after %v", version, guestNow(t, n).Sub(r0).Round(time.Millisecond))
 		t.Logf("kubelet %s -> %s: %s", pid0, kubeletPID(t, n), describeNode(nd))

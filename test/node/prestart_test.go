@@ -149,8 +149,9 @@ func (s *installed) prestartBroken(t *testing.T, podStill func(*testing.T, strin
 	guestSh(t, n, "cp -a /usr/bin/node-resized /root/node-resized.real && ln -sf /bin/false /usr/bin/node-resized")
 	r0 := guestNow(t, n)
 	guestSh(t, n, "systemctl restart kubelet")
+	since := newKubeletSince(t, n)
 	waitNode(t, cs, n.Name(), "Ready by the kubelet whose pre-start failed", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, r0) && nd.Status.Capacity.Cpu().Value() == 2
+		return readyAfter(nd, since) && nd.Status.Capacity.Cpu().Value() == 2
 	})
 	guestSh(t, n, "mv /root/node-resized.real /usr/bin/node-resized")
 	s.timing("d pre-start failing: the kubelet Ready after %v", guestNow(t, n).Sub(r0).Round(time.Millisecond))
@@ -182,10 +183,10 @@ func (s *installed) prestartBroken(t *testing.T, podStill func(*testing.T, strin
 		t.Errorf("the pre-start changed a corrupt checkpoint: %q", got)
 	}
 	guestSh(t, n, "mv /root/cpu_manager_state.good "+cpuManagerState)
-	r2 := guestNow(t, n)
 	guestSh(t, n, "systemctl restart kubelet")
+	since2 := newKubeletSince(t, n)
 	waitNode(t, cs, n.Name(), "Ready by the kubelet with its checkpoint put back", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, r2) && nd.Status.Capacity.Cpu().Value() == 2
+		return readyAfter(nd, since2) && nd.Status.Capacity.Cpu().Value() == 2
 	})
 	if got := guestSh(t, n, "cat "+cpuManagerState); got != good {
 		t.Logf("the kubelet rewrote its checkpoint: %s (was %s)", got, good)

@@ -176,6 +176,25 @@ func readyAfter(nd *corev1.Node, t0 time.Time) bool {
 	return false
 }
 
+// newKubeletSince is the time for readyAfter that only the running
+// kubelet's own writes pass: the second its process started (systemd's
+// ExecMainStartTimestamp, the guest's clock). The old kubelet may write a
+// status until it is stopped, after the daemon began the restart, and the
+// daemon then republishes the capacity over it: a heartbeat after the
+// restart began is not yet the new kubelet's. The old one's last
+// heartbeat is before the new one's start, so not after that second; the
+// new one's first comes seconds after its start. Call it once the restart
+// is done ("kubelet restarted").
+func newKubeletSince(t *testing.T, n *Node) time.Time {
+	t.Helper()
+	out := guestSh(t, n, `date -d "$(systemctl show kubelet -p ExecMainStartTimestamp --value)" +%s`)
+	sec, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil {
+		t.Fatalf("the kubelet's start: %q: %v", out, err)
+	}
+	return time.Unix(sec, 0)
+}
+
 // relayAdoption is what one change relayed to the kubelet took.
 type relayAdoption struct {
 	mark     time.Time     // the guest's clock just before the change
@@ -261,8 +280,9 @@ func (s *installed) relayUpscale(t *testing.T, what string, add func(ctx context
 		t.Errorf("%s: kubelet MainPID %s after the restart (was %s)", what, r.pid, pid0)
 	}
 	began := restarting[0].Time()
+	since := newKubeletSince(t, n)
 	nd := waitNode(t, cs, n.Name(), what+": Ready by the restarted kubelet, with the new capacity", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, began) && want(capacityVersion(nd))
+		return readyAfter(nd, since) && want(capacityVersion(nd))
 	})
 	r.ready = time.Now().Add(off).Sub(r.uevent)
 	t.Logf("%s: Ready by kubelet %s: %s", what, r.pid, describeNode(nd))
@@ -798,12 +818,9 @@ func TestKubeletRestartStaticCPU(t *testing.T) {
 		if pid == pid0 || pid == "0" {
 			t.Errorf("kubelet MainPID %s after the restart (was %s)", pid, pid0)
 		}
-		began := restarted[0].Time().Add(-30 * time.Second)
-		if b := logs("restarting the kubelet"); len(b) > 0 {
-			began = b[0].Time()
-		}
+		since := newKubeletSince(t, n)
 		nd := waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with 3 CPUs", 2*time.Minute, func(nd *corev1.Node) bool {
-			return readyAfter(nd, began) && nd.Status.Capacity.Cpu().Value() == 3
+			return readyAfter(nd, since) && nd.Status.Capacity.Cpu().Value() == 3
 		})
 		readyAt := time.Now().Add(off)
 		t.Logf("kubelet %s -> %s: %s", pid0, pid, describeNode(nd))
@@ -935,8 +952,9 @@ func (s *installed) waitDaemonRestartsKubelet(t *testing.T, what, pid0 string, m
 		t.Errorf("%s: %q: %s", what, failed[0].Message(), journalFields(failed[0]))
 	}
 	r.restart = restarted[0].Time().Sub(r.uevent)
+	since := newKubeletSince(t, n)
 	nd := waitNode(t, cs, n.Name(), what+": Ready by the kubelet node-resized restarted, with the new capacity", 2*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, began) && want(capacityVersion(nd))
+		return readyAfter(nd, since) && want(capacityVersion(nd))
 	})
 	r.ready = time.Now().Add(off).Sub(r.uevent)
 	r.pid = kubeletPID(t, n)

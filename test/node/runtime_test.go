@@ -290,9 +290,9 @@ func TestRealRuntimeExclusiveCPU(t *testing.T) {
 			t.Errorf("order: clamp %s, eviction %s, restart begun %s; want in that order",
 				clamps[0].Time().Format("15:04:05.000"), evicted[0].Time().Format("15:04:05.000"), restarting[0].Time().Format("15:04:05.000"))
 		}
-		began := restarting[0].Time()
+		since := newKubeletSince(t, n)
 		waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with cpu=3", 2*time.Minute, func(nd *corev1.Node) bool {
-			return readyAfter(nd, began) && nd.Status.Capacity.Cpu().Value() == 3
+			return readyAfter(nd, since) && nd.Status.Capacity.Cpu().Value() == 3
 		})
 		noRefusal(t, n, "after the exclusive CPU went offline", mark)
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
@@ -559,8 +559,10 @@ func TestRealRuntimeCPUWeight(t *testing.T) {
 	guestSh(t, n, "echo 0 > /sys/devices/system/cpu/cpu1/online")
 	waitDaemonLog(t, n, "kubepods clamped", mark, time.Minute)
 	restarting := waitDaemonLog(t, n, "restarting the kubelet so that it adopts the capacity", mark, 2*time.Minute)
+	waitDaemonLog(t, n, "kubelet restarted", restarting[len(restarting)-1].Time(), 2*time.Minute)
+	since := newKubeletSince(t, n)
 	nd = waitNode(t, cs, n.Name(), "Ready by the restarted kubelet with cpu=1", 3*time.Minute, func(nd *corev1.Node) bool {
-		return readyAfter(nd, restarting[len(restarting)-1].Time()) && nd.Status.Capacity.Cpu().Value() == 1
+		return readyAfter(nd, since) && nd.Status.Capacity.Cpu().Value() == 1
 	})
 	if evicted := daemonLog(t, n, "evicted pod", mark); len(evicted) > 0 {
 		t.Fatalf("evicted %s: the spinners fit the smaller machine", evicted[0].str("POD"))
