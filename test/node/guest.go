@@ -287,9 +287,7 @@ func (t guestTree) links() string {
 // bootUnitsMasked are the host's boot units the guest does without: kernel
 // modules nothing in the guest uses (the kubelet, containerd, runc and
 // node-resized load what they need), debug and trace file systems, the
-// POSIX message queue mount (runc mounts its own in each container), the
-// modules-load.d modules and the remount of fstab's file systems (the
-// guest's modules come from the initramfs, its fstab is empty), user
+// POSIX message queue mount (runc mounts its own in each container), user
 // accounts and logins (the root is this machine's, read-only, and nobody
 // logs in), and udev (where this machine has it: a node onlines its
 // hot-added hardware with node-resized's --auto-online; the one scenario
@@ -298,7 +296,6 @@ func (t guestTree) links() string {
 var bootUnitsMasked = []string{
 	"modprobe@drm.service", "modprobe@fuse.service", "modprobe@dm_mod.service", "modprobe@configfs.service", "modprobe@loop.service",
 	"sys-kernel-debug.mount", "sys-kernel-tracing.mount", "sys-kernel-config.mount", "dev-mqueue.mount",
-	"systemd-modules-load.service", "systemd-remount-fs.service",
 	"systemd-sysusers.service", "systemd-logind.service", "systemd-user-sessions.service",
 	"systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
 	"systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
