@@ -363,7 +363,7 @@ func baseTree(name string, kubeconfig []byte, kubeletConfig, kubeletArgs string,
 	// each of them at boot and again at every daemon-reload, which the
 	// package's scripts and the tests' drop-ins ask for often. They cost
 	// the emulated guest about 5 s of CPU each time (a daemon-reload took
-	// 7.3 - 9.7 s with them, 2.6 - 3.3 s without), and what they make
+	// 7.3 - 9.7 s with them, 2.6 - 3.7 s without), and what they make
 	// (units for this machine's SysV scripts and database clusters,
 	// encrypted or GPT-discovered volumes, gettys) is no node's.
 	for _, g := range hostGenerators() {
